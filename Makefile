@@ -1,0 +1,41 @@
+# warmstart: `make demo` and `make test` install what is missing, build, and run.
+# C build products go to build/, never into the source folders.
+
+BUILD   ?= build
+CC      ?= gcc
+CFLAGS  ?= -O2 -g -Wall -Wextra -Werror=implicit-function-declaration -D_GNU_SOURCE
+PYTHON  ?= python3
+
+# Each C component appends its programs to BINARIES and its test programs to CTESTS.
+BINARIES :=
+CTESTS   :=
+include scripts/hddsim/build.mk replayer/build.mk tests/apps/build.mk launchd-hook/build.mk
+
+.PHONY: all deps build test ctest pytest demo clean
+all: build
+
+deps:
+	@bash scripts/install-deps
+
+build: deps
+	@$(MAKE) --no-print-directory binaries
+
+.PHONY: binaries
+binaries: $(BINARIES)
+
+$(BUILD):
+	@mkdir -p $@
+
+test: build
+	@$(MAKE) --no-print-directory ctest
+	$(PYTHON) -m pytest -q -rs tests
+
+# C unit tests: each prints its own "N passed, N failed" line and exits non-zero on failure.
+ctest: $(CTESTS)
+	@set -e; for t in $(CTESTS); do ./$$t; done
+
+demo: build
+	$(PYTHON) scripts/demo.py
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,1 @@
+# build rules of launchd-hook (appends to BINARIES / CTESTS)

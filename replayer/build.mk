@@ -1,0 +1,1 @@
+# build rules of replayer (appends to BINARIES / CTESTS)

@@ -1,0 +1,1 @@
+# build rules of scripts/hddsim (appends to BINARIES / CTESTS)

@@ -1,0 +1,1 @@
+# build rules of tests/apps (appends to BINARIES / CTESTS)

@@ -1,0 +1,205 @@
+"""The SQL schema of the warmstart database: the only module that creates or alters tables.
+
+Migrations are named and applied in order, each in one transaction together with its record
+(PRAGMA user_version = its number), so a crash leaves either the old or the new schema.
+
+Conventions used by every table:
+- paths are BLOBs (file names are bytes on Linux; non-UTF-8 names must round-trip);
+- `dev` is a userspace dev_t, os.makedev(major, minor);
+- LBAs and lengths of block ranges are in 512-byte sectors (`sector`, `nr_sectors`), the unit
+  the kernel's block tracepoints report; file offsets and lengths are in bytes;
+- times inside a launch are integer nanoseconds from the launch start (`*_ns`); wall-clock
+  timestamps are unix seconds (`*_at`, REAL); durations in seconds are `*_s` (REAL).
+"""
+
+# The application_id PRAGMA marks a file as ours ("WRMS"); a foreign SQLite file is refused.
+APPLICATION_ID = 0x57524D53
+
+MIGRATIONS = [
+    ("initial", """
+CREATE TABLE apps (
+    id            INTEGER PRIMARY KEY,
+    name          TEXT NOT NULL UNIQUE,
+    executable    BLOB NOT NULL,          -- resolved path of argv[0]
+    argv_json     TEXT NOT NULL,          -- JSON list; non-UTF-8 arguments as surrogateescape'd str
+    exe_dev       INTEGER,
+    exe_ino       INTEGER,
+    exe_size      INTEGER,
+    exe_mtime_ns  INTEGER,
+    created_at    REAL NOT NULL
+);
+
+CREATE TABLE recordings (
+    id              INTEGER PRIMARY KEY,
+    app_id          INTEGER NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+    started_at      REAL NOT NULL,
+    launch_time_s   REAL NOT NULL,         -- launch start to launch end (per --until)
+    end_reason      TEXT NOT NULL,         -- exit | idle | stdout | file | timeout
+    exit_status     INTEGER,               -- of CMD, NULL if it was still running at the end
+    backend         TEXT NOT NULL,         -- tracefs | blktrace
+    cold_method     TEXT NOT NULL,         -- drop_caches | evict | none
+    lost_events     INTEGER NOT NULL DEFAULT 0,
+    status          TEXT NOT NULL DEFAULT 'ok' CHECK (status IN ('ok', 'lost-events')),
+    cpu_total_s     REAL,                  -- user+sys of CMD and all its descendants
+    env_json        TEXT NOT NULL DEFAULT '{}'  -- kernel, devices, file systems, tracer settings
+);
+CREATE INDEX recordings_app ON recordings(app_id);
+
+CREATE TABLE recording_processes (
+    recording_id  INTEGER NOT NULL REFERENCES recordings(id) ON DELETE CASCADE,
+    pid           INTEGER NOT NULL,
+    ppid          INTEGER,
+    comm          TEXT,
+    exec_path     BLOB,
+    start_ns      INTEGER,
+    exit_ns       INTEGER,
+    oncpu_ns      INTEGER NOT NULL DEFAULT 0,   -- from sched_switch
+    PRIMARY KEY (recording_id, pid)
+);
+
+-- Every block request of the launch, in issue order (seq).
+CREATE TABLE block_requests (
+    recording_id  INTEGER NOT NULL REFERENCES recordings(id) ON DELETE CASCADE,
+    seq           INTEGER NOT NULL,
+    dev           INTEGER NOT NULL,
+    sector        INTEGER NOT NULL,
+    nr_sectors    INTEGER NOT NULL,
+    rwbs          TEXT NOT NULL,           -- as the kernel prints it: R, RA, RM, W, WS, ...
+    is_write      INTEGER NOT NULL,
+    is_readahead  INTEGER NOT NULL,
+    is_meta       INTEGER NOT NULL,
+    queue_ns      INTEGER,
+    issue_ns      INTEGER NOT NULL,
+    complete_ns   INTEGER,
+    pid           INTEGER,
+    tid           INTEGER,
+    comm          TEXT,
+    cpu_before_ns INTEGER NOT NULL DEFAULT 0,  -- c_i: see docs/recording.md
+    PRIMARY KEY (recording_id, seq)
+);
+
+-- Pages the launch brought into the page cache, as runs of consecutive page indexes.
+CREATE TABLE page_cache_adds (
+    recording_id  INTEGER NOT NULL REFERENCES recordings(id) ON DELETE CASCADE,
+    seq           INTEGER NOT NULL,        -- order of the run's first page
+    t_ns          INTEGER NOT NULL,
+    dev           INTEGER NOT NULL,        -- s_dev of the file's superblock (0:N for block devices)
+    ino           INTEGER NOT NULL,
+    first_index   INTEGER NOT NULL,        -- page index in the file
+    nr_pages      INTEGER NOT NULL,
+    PRIMARY KEY (recording_id, seq)
+);
+
+-- inode -> path, resolved at record time, with the identity used for staleness checks.
+CREATE TABLE recording_files (
+    recording_id  INTEGER NOT NULL REFERENCES recordings(id) ON DELETE CASCADE,
+    dev           INTEGER NOT NULL,
+    ino           INTEGER NOT NULL,
+    path          BLOB,                    -- NULL when it could not be resolved
+    size          INTEGER,
+    mtime_ns      INTEGER,
+    ctime_ns      INTEGER,
+    PRIMARY KEY (recording_id, dev, ino)
+);
+
+CREATE TABLE device_profiles (
+    id            INTEGER PRIMARY KEY,
+    device        TEXT NOT NULL,           -- /dev/... path as given
+    dev           INTEGER NOT NULL,
+    size_bytes    INTEGER NOT NULL,
+    measured_at   REAL NOT NULL,
+    duration_s    REAL NOT NULL,
+    profile_json  TEXT NOT NULL            -- seek curve, transfer rates, C_switch, strip geometry
+);
+
+CREATE TABLE schedules (
+    id            INTEGER PRIMARY KEY,
+    app_id        INTEGER NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+    created_at    REAL NOT NULL,
+    algorithm     TEXT NOT NULL,           -- paper | optimal | ...
+    probe         TEXT NOT NULL,           -- disk | model | hybrid
+    profile_id    INTEGER REFERENCES device_profiles(id) ON DELETE SET NULL,
+    recording_ids TEXT NOT NULL,           -- JSON list of the recordings merged
+    t_exp_s       REAL NOT NULL,
+    total_bytes   INTEGER NOT NULL,
+    waste_bytes   INTEGER NOT NULL DEFAULT 0,  -- gap bytes read through by competitive merging
+    stale         INTEGER NOT NULL DEFAULT 0,
+    active        INTEGER NOT NULL DEFAULT 1,  -- the schedule `run` uses for the app
+    params_json   TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX schedules_app ON schedules(app_id);
+
+-- Files a schedule reads, with the identity checked before replay.
+CREATE TABLE schedule_files (
+    schedule_id   INTEGER NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,
+    file_no       INTEGER NOT NULL,
+    path          BLOB NOT NULL,
+    dev           INTEGER NOT NULL,
+    ino           INTEGER NOT NULL,
+    size          INTEGER NOT NULL,
+    mtime_ns      INTEGER NOT NULL,
+    ctime_ns      INTEGER NOT NULL,
+    PRIMARY KEY (schedule_id, file_no)
+);
+
+-- FIEMAP of each scheduled file at analysis time.
+CREATE TABLE file_extents (
+    schedule_id   INTEGER NOT NULL,
+    file_no       INTEGER NOT NULL,
+    logical       INTEGER NOT NULL,        -- bytes
+    physical      INTEGER NOT NULL,        -- bytes on the device
+    length        INTEGER NOT NULL,
+    flags         INTEGER NOT NULL DEFAULT 0,
+    FOREIGN KEY (schedule_id, file_no) REFERENCES schedule_files(schedule_id, file_no) ON DELETE CASCADE
+);
+CREATE INDEX file_extents_file ON file_extents(schedule_id, file_no);
+
+CREATE TABLE segments (
+    schedule_id   INTEGER NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,
+    idx           INTEGER NOT NULL,        -- 1 = the pre-buffer, fetched before the app runs
+    first_p       INTEGER NOT NULL,        -- the segment is p[first_p .. last_p] of P (1-based)
+    last_p        INTEGER NOT NULL,
+    t_disk_s      REAL NOT NULL,           -- t_i: disk time of the LBA-sorted segment
+    cpu_s         REAL NOT NULL,           -- CPU time of the app within the segment
+    bytes         INTEGER NOT NULL,
+    PRIMARY KEY (schedule_id, idx)
+);
+
+-- The ranges to fetch, LBA-sorted within each segment (ord). A file range has file_no and a
+-- byte range of that file; a device range (metadata) has file_no NULL.
+CREATE TABLE schedule_ranges (
+    schedule_id   INTEGER NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,
+    segment_idx   INTEGER NOT NULL,
+    ord           INTEGER NOT NULL,
+    dev           INTEGER NOT NULL,
+    sector        INTEGER NOT NULL,
+    nr_sectors    INTEGER NOT NULL,
+    file_no       INTEGER,
+    file_offset   INTEGER,
+    length        INTEGER NOT NULL,        -- bytes
+    PRIMARY KEY (schedule_id, segment_idx, ord),
+    FOREIGN KEY (schedule_id, segment_idx) REFERENCES segments(schedule_id, idx) ON DELETE CASCADE
+);
+
+-- Measured launches (warmstart run, bench, hook).
+CREATE TABLE launches (
+    id            INTEGER PRIMARY KEY,
+    app_id        INTEGER REFERENCES apps(id) ON DELETE CASCADE,
+    schedule_id   INTEGER REFERENCES schedules(id) ON DELETE SET NULL,
+    bench_id      TEXT,                    -- groups the launches of one `warmstart bench` run
+    mode          TEXT NOT NULL,           -- cold | warm | interleave | reorder | segmented | ...
+    mechanism     TEXT,                    -- fetch engine used by the replayer
+    disk          TEXT,                    -- hdd7200 | ssd | real | ...
+    started_at    REAL NOT NULL,
+    launch_time_s REAL NOT NULL,
+    exit_status   INTEGER,
+    prefetched_bytes INTEGER,
+    used_bytes    INTEGER,
+    prefetched_used_bytes INTEGER,
+    details_json  TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX launches_app ON launches(app_id, mode);
+"""),
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
