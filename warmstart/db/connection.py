@@ -24,7 +24,8 @@ def _check_existing_file(path: Path) -> None:
                              f"it was left untouched: move it away or pass --db PATH")
 
 
-def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse another program's database and a schema newer than ours; an empty file is fine."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
@@ -34,6 +35,10 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     if version > SCHEMA_VERSION:
         raise WarmstartError(f"{path} has schema version {version}, newer than this warmstart knows "
                              f"({SCHEMA_VERSION}): upgrade warmstart")
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
     for number, (name, sql) in enumerate(MIGRATIONS, start=1):
         if number <= version:
             continue
@@ -80,6 +85,7 @@ def open_db(path: Optional[Union[str, os.PathLike]] = None) -> sqlite3.Connectio
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA busy_timeout = 30000")
+        _check_ours(conn, path)  # before anything that could write to a foreign file
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
