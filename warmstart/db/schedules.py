@@ -1,0 +1,206 @@
+"""All SQL for schedules: schedules, segments, schedule_ranges, schedule_files, file_extents.
+
+The analyzer writes a schedule with save_schedule(); the replayer and `show` read it with
+load_active_schedule() / load_schedule(), which return plain dataclasses (no sqlite3 rows), so
+callers never see the table layout. Units follow schema.py: sectors of 512 bytes for block
+ranges, bytes for file offsets, seconds for t_* fields.
+"""
+
+import json
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from ..errors import WarmstartError
+from .connection import transaction
+
+
+@dataclass(frozen=True)
+class ScheduledFile:
+    """A file a schedule reads, with the identity the replayer checks before touching it."""
+    path: bytes
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+
+@dataclass(frozen=True)
+class Extent:
+    """One FIEMAP extent of a scheduled file at analysis time (bytes)."""
+    logical: int
+    physical: int
+    length: int
+    flags: int = 0
+
+
+@dataclass(frozen=True)
+class Range:
+    """One read: `sector`/`nr_sectors` on block device `dev` (always set: it is the sort key).
+
+    A file range also has `file` and `file_offset` (bytes): replay reads the file so the pages land
+    in that file's page cache. A device range (file None) is metadata: replay reads the block device.
+    `length` is in bytes.
+    """
+    dev: int
+    sector: int
+    nr_sectors: int
+    length: int
+    file: Optional[ScheduledFile] = None
+    file_offset: Optional[int] = None
+
+    @property
+    def is_metadata(self) -> bool:
+        return self.file is None
+
+
+@dataclass
+class Segment:
+    """q_i of the paper: p[first_p..last_p] (1-based, inclusive) of P, ranges in fetch order."""
+    idx: int                 # 1 = the pre-buffer, fetched before the app is released
+    first_p: int
+    last_p: int
+    t_disk_s: float          # t_i: disk time of the LBA-sorted segment
+    cpu_s: float             # CPU time of the app within the segment
+    bytes: int
+    ranges: List[Range] = field(default_factory=list)
+
+
+@dataclass
+class Schedule:
+    id: Optional[int]
+    app_name: str
+    algorithm: str
+    probe: str
+    t_exp_s: float
+    total_bytes: int
+    waste_bytes: int
+    recording_ids: List[int]
+    segments: List[Segment]
+    files: List[ScheduledFile]
+    extents: Dict[int, List[Extent]]   # file index in `files` -> its extents
+    profile_id: Optional[int] = None
+    created_at: float = 0.0
+    stale: bool = False
+    params: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """A JSON-safe dict; paths are given as surrogateescape'd str (bytes do not go to JSON)."""
+        def fix(o):
+            if isinstance(o, bytes):
+                return o.decode("utf-8", "surrogateescape")
+            if isinstance(o, dict):
+                return {str(k): fix(v) for k, v in o.items()}
+            if isinstance(o, (list, tuple)):
+                return [fix(v) for v in o]
+            return o
+        return fix(asdict(self))
+
+
+def _app_id(conn: sqlite3.Connection, app_name: str) -> int:
+    row = conn.execute("SELECT id FROM apps WHERE name = ?", (app_name,)).fetchone()
+    if row is None:
+        raise WarmstartError(f"no app named {app_name!r} in the database: "
+                             f"record it first with `warmstart record --name {app_name} -- CMD`")
+    return row["id"]
+
+
+def save_schedule(conn: sqlite3.Connection, sched: Schedule, app_id: Optional[int] = None,
+                  activate: bool = True) -> int:
+    """Store `sched` (one transaction) and return its id; it becomes the app's active schedule
+    unless activate=False. Every file a range points at must be in sched.files."""
+    if app_id is None:
+        app_id = _app_id(conn, sched.app_name)
+    file_no = {f: i for i, f in enumerate(sched.files)}
+    with transaction(conn):
+        if activate:
+            conn.execute("UPDATE schedules SET active = 0 WHERE app_id = ?", (app_id,))
+        cur = conn.execute(
+            "INSERT INTO schedules (app_id, created_at, algorithm, probe, profile_id, recording_ids,"
+            " t_exp_s, total_bytes, waste_bytes, stale, active, params_json)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (app_id, sched.created_at or time.time(), sched.algorithm, sched.probe, sched.profile_id,
+             json.dumps(list(sched.recording_ids)), sched.t_exp_s, sched.total_bytes,
+             sched.waste_bytes, int(sched.stale), int(activate), json.dumps(sched.params, sort_keys=True)))
+        sid = cur.lastrowid
+        conn.executemany(
+            "INSERT INTO schedule_files (schedule_id, file_no, path, dev, ino, size, mtime_ns, ctime_ns)"
+            " VALUES (?,?,?,?,?,?,?,?)",
+            [(sid, i, f.path, f.dev, f.ino, f.size, f.mtime_ns, f.ctime_ns) for i, f in enumerate(sched.files)])
+        conn.executemany(
+            "INSERT INTO file_extents (schedule_id, file_no, logical, physical, length, flags)"
+            " VALUES (?,?,?,?,?,?)",
+            [(sid, i, e.logical, e.physical, e.length, e.flags)
+             for i, exts in sched.extents.items() for e in exts])
+        for seg in sched.segments:
+            conn.execute(
+                "INSERT INTO segments (schedule_id, idx, first_p, last_p, t_disk_s, cpu_s, bytes)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (sid, seg.idx, seg.first_p, seg.last_p, seg.t_disk_s, seg.cpu_s, seg.bytes))
+            rows = []
+            for ord_, r in enumerate(seg.ranges):
+                if r.file is not None and r.file not in file_no:
+                    raise ValueError(f"range points at a file not in the schedule: {r.file.path!r}")
+                rows.append((sid, seg.idx, ord_, r.dev, r.sector, r.nr_sectors,
+                             None if r.file is None else file_no[r.file], r.file_offset, r.length))
+            conn.executemany(
+                "INSERT INTO schedule_ranges (schedule_id, segment_idx, ord, dev, sector, nr_sectors,"
+                " file_no, file_offset, length) VALUES (?,?,?,?,?,?,?,?,?)", rows)
+    sched.id = sid
+    return sid
+
+
+def load_schedule(conn: sqlite3.Connection, schedule_id: int) -> Schedule:
+    """The schedule with this id, segments in order, each segment's ranges in fetch order."""
+    s = conn.execute("SELECT s.*, a.name AS app_name FROM schedules s JOIN apps a ON a.id = s.app_id"
+                     " WHERE s.id = ?", (schedule_id,)).fetchone()
+    if s is None:
+        raise WarmstartError(f"no schedule with id {schedule_id}: list them with `warmstart show APP --all`")
+    files = [ScheduledFile(bytes(r["path"]), r["dev"], r["ino"], r["size"], r["mtime_ns"], r["ctime_ns"])
+             for r in conn.execute("SELECT * FROM schedule_files WHERE schedule_id = ? ORDER BY file_no",
+                                   (schedule_id,))]
+    extents: Dict[int, List[Extent]] = {}
+    for r in conn.execute("SELECT * FROM file_extents WHERE schedule_id = ? ORDER BY file_no, logical",
+                          (schedule_id,)):
+        extents.setdefault(r["file_no"], []).append(Extent(r["logical"], r["physical"], r["length"], r["flags"]))
+    segments = [Segment(r["idx"], r["first_p"], r["last_p"], r["t_disk_s"], r["cpu_s"], r["bytes"])
+                for r in conn.execute("SELECT * FROM segments WHERE schedule_id = ? ORDER BY idx", (schedule_id,))]
+    by_idx = {seg.idx: seg for seg in segments}
+    for r in conn.execute("SELECT * FROM schedule_ranges WHERE schedule_id = ? ORDER BY segment_idx, ord",
+                          (schedule_id,)):
+        f = None if r["file_no"] is None else files[r["file_no"]]
+        by_idx[r["segment_idx"]].ranges.append(
+            Range(r["dev"], r["sector"], r["nr_sectors"], r["length"], f, r["file_offset"]))
+    return Schedule(id=s["id"], app_name=s["app_name"], algorithm=s["algorithm"], probe=s["probe"],
+                    t_exp_s=s["t_exp_s"], total_bytes=s["total_bytes"], waste_bytes=s["waste_bytes"],
+                    recording_ids=json.loads(s["recording_ids"]), segments=segments, files=files,
+                    extents=extents, profile_id=s["profile_id"], created_at=s["created_at"],
+                    stale=bool(s["stale"]), params=json.loads(s["params_json"] or "{}"))
+
+
+def load_active_schedule(conn: sqlite3.Connection, app_name: str) -> Optional[Schedule]:
+    """The schedule `run` should use for app_name, or None if it has none (not yet analyzed).
+    Raises WarmstartError for an unknown app."""
+    app_id = _app_id(conn, app_name)
+    row = conn.execute("SELECT id FROM schedules WHERE app_id = ? AND active = 1 ORDER BY id DESC LIMIT 1",
+                       (app_id,)).fetchone()
+    return None if row is None else load_schedule(conn, row["id"])
+
+
+def list_schedules(conn: sqlite3.Connection, app_name: str) -> List[dict]:
+    """Summary rows (id, created_at, algorithm, probe, t_exp_s, total_bytes, active) of an app's schedules."""
+    app_id = _app_id(conn, app_name)
+    return [dict(r) for r in conn.execute(
+        "SELECT id, created_at, algorithm, probe, t_exp_s, total_bytes, waste_bytes, active, stale"
+        " FROM schedules WHERE app_id = ? ORDER BY id", (app_id,))]
+
+
+def mark_stale(conn: sqlite3.Connection, schedule_id: int, stale: bool = True) -> None:
+    conn.execute("UPDATE schedules SET stale = ? WHERE id = ?", (int(stale), schedule_id))
+
+
+def delete_schedules(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+    with transaction(conn):
+        conn.executemany("DELETE FROM schedules WHERE id = ?", [(i,) for i in ids])
