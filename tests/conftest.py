@@ -57,3 +57,33 @@ def needs_emulator():
 def db_path(tmp_path):
     """A fresh database file for one test."""
     return tmp_path / "warmstart.db"
+
+
+# ---- emulated disks (warmstart/emudisk, docs/emulated-disk.md) ----------------------------------
+
+@pytest.fixture(scope="session")
+def emu_hdd():
+    """An empty ext4 (512 MiB) on the emulated 7200 rpm disk; tests may create files in it.
+
+    Shared by the whole session: put your files in a directory of your own (tmp names).
+    """
+    require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
+    from warmstart.emudisk import EmuDisk
+    disk = EmuDisk.up(name="pytest-hdd", profile="hdd7200", image="empty", size_mb=512, fresh=True)
+    try:
+        yield disk
+    finally:
+        disk.down()
+
+
+@pytest.fixture(scope="session")
+def emu_system():
+    """An aged system image (python3, gcc, node) on the emulated 7200 rpm disk; run programs in
+    it with `disk.chroot_argv([...])`. Built once and cached in /var/cache/warmstart/images."""
+    require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
+    from warmstart.emudisk import EmuDisk
+    disk = EmuDisk.up(name="pytest-system", profile="hdd7200", image="system", fresh=True)
+    try:
+        yield disk
+    finally:
+        disk.down()
