@@ -41,6 +41,7 @@ CREATE TABLE recordings (
     lost_events     INTEGER NOT NULL DEFAULT 0,
     status          TEXT NOT NULL DEFAULT 'ok' CHECK (status IN ('ok', 'lost-events')),
     cpu_total_s     REAL,                  -- user+sys of CMD and all its descendants
+    cpu_tail_ns     INTEGER NOT NULL DEFAULT 0,  -- launch CPU after the last request completed (docs/recording.md)
     env_json        TEXT NOT NULL DEFAULT '{}'  -- kernel, devices, file systems, tracer settings
 );
 CREATE INDEX recordings_app ON recordings(app_id);
