@@ -1,0 +1,167 @@
+"""`warmstart report`: table math against rows in a real SQLite file, figures, the HTML page."""
+
+import base64
+import io
+import json
+import re
+import statistics
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from warmstart.cli import cli
+from warmstart.db import open_db
+from warmstart.report import stats, table
+from warmstart.report.summary import load_launches, summarize
+
+NOW = time.time()
+TIMES = {  # app -> method -> launch times (s)
+    "pyimport": {"cold": [3.0, 3.4, 3.2], "interleave": [2.9, 3.1, 3.0], "reorder": [0.9, 1.0, 0.95],
+                 "segmented-paper": [0.85, 0.9, 0.8], "segmented": [0.7, 0.75, 0.8], "warm": [0.2, 0.21, 0.19]},
+    "gcc": {"cold": [1.0, 1.2], "segmented": [0.5, 0.6], "warm": [0.1, 0.1]},
+}
+
+
+def fill(conn):
+    """Apps, a recording with requests, two schedules and the launches of TIMES, by plain SQL."""
+    ids = {}
+    for app in TIMES:
+        ids[app] = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES (?, ?, '[]', ?)",
+                                (app, b"/usr/bin/" + app.encode(), NOW - 86400 * 3)).lastrowid
+    rec = conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method)"
+                       " VALUES (?, ?, 3.1, 'exit', 'tracefs', 'drop_caches')", (ids["pyimport"], NOW - 86400 * 2)).lastrowid
+    for seq in range(50):  # a seeking launch: alternating far and near LBAs, 10 ms requests
+        conn.execute("INSERT INTO block_requests(recording_id, seq, dev, sector, nr_sectors, rwbs, is_write,"
+                     " is_readahead, is_meta, issue_ns, complete_ns, cpu_before_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                     (rec, seq, 1792, (seq % 2) * 10_000_000 + seq * 1000, 256, "R", 0, 0, 0,
+                      seq * 60_000_000, seq * 60_000_000 + 10_000_000, 40_000_000))
+    sched = {}
+    for app, alg, t_exp, age in (("pyimport", "paper", 0.8, 2), ("pyimport", "ours", 0.70, 1), ("gcc", "ours", 0.5, 0.5)):
+        sched[(app, alg)] = conn.execute(
+            "INSERT INTO schedules(app_id, created_at, algorithm, probe, recording_ids, t_exp_s, total_bytes, stale)"
+            " VALUES (?, ?, ?, 'disk', '[1]', ?, 1000, ?)",
+            (ids[app], NOW - 86400 * age, alg, t_exp, 1 if app == "gcc" else 0)).lastrowid
+    t = NOW - 3600
+    for app, methods in TIMES.items():
+        for method, values in methods.items():
+            for i, v in enumerate(values):
+                mode = "segmented" if method.startswith("segmented") else method
+                sid = sched.get((app, "paper" if method == "segmented-paper" else "ours")) if mode == "segmented" else None
+                pref = 100 << 20 if sid else None
+                conn.execute(
+                    "INSERT INTO launches(app_id, schedule_id, bench_id, mode, mechanism, disk, started_at,"
+                    " launch_time_s, exit_status, prefetched_bytes, used_bytes, prefetched_used_bytes)"
+                    " VALUES (?,?,?,?,?,?,?,?,0,?,?,?)",
+                    (ids[app], sid, "b1", mode, "readahead" if sid else None, "hdd7200", t, v,
+                     pref, 90 << 20 if sid else None, 80 << 20 if sid else None))
+                t += 10
+    # A failed launch must not count towards the times.
+    conn.execute("INSERT INTO launches(app_id, mode, disk, started_at, launch_time_s, exit_status, bench_id)"
+                 " VALUES (?, 'segmented', 'hdd7200', ?, 0.001, 1, 'b1')", (ids["gcc"], t))
+    return ids
+
+
+def run(db_path, *args):
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "report", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout  # the progress bar goes to stderr
+
+
+def test_stats_functions():
+    s = stats.spread([3.0, 1.0, 2.0, 10.0])
+    assert (s.n, s.median, s.min, s.max) == (4, 2.5, 1.0, 10.0)
+    assert stats.spread([]) is None
+    assert stats.gain(1.0, 4.0) == pytest.approx(0.75)
+    assert stats.captured(4.0, 1.0, 0.5) == pytest.approx(3.0 / 3.5)
+    assert stats.captured(1.0, 1.0, 1.0) is None
+    assert stats.lower_bound(0.3, 1.2) == 1.2 and stats.lower_bound(0.3, None) == 0.3
+    assert stats.estimate_error(1.1, 1.0) == pytest.approx(0.1)
+
+
+def test_json_numbers_match_the_database(db_path):
+    conn = open_db(db_path)
+    fill(conn)
+    doc = json.loads(run(db_path, "--json"))
+    by_app = {a["app"]: a for a in doc["apps"]}
+    py = by_app["pyimport"]
+    # Recompute from the DB with plain SQL, independently of the report code.
+    def med(app, mode, alg=None):
+        q = ("SELECT l.launch_time_s FROM launches l JOIN apps a ON a.id=l.app_id LEFT JOIN schedules s"
+             " ON s.id=l.schedule_id WHERE a.name=? AND l.mode=? AND l.exit_status=0")
+        args = [app, mode]
+        if alg:
+            q += " AND s.algorithm=?"
+            args.append(alg)
+        return statistics.median(r[0] for r in conn.execute(q, args))
+    cold, seg, warm = med("pyimport", "cold"), med("pyimport", "segmented", "ours"), med("pyimport", "warm")
+    assert py["prefetch_method"] == "segmented"
+    assert py["cold"]["median"] == pytest.approx(cold)
+    assert py["prefetched"]["median"] == pytest.approx(seg)
+    assert py["gain"] == pytest.approx(1 - seg / cold)
+    assert py["captured"] == pytest.approx((cold - seg) / (cold - warm))
+    assert py["methods"]["segmented-paper"]["median"] == pytest.approx(med("pyimport", "segmented", "paper"))
+    assert py["methods"]["reorder"]["ratio_to_cold"] == pytest.approx(med("pyimport", "reorder") / cold)
+    assert py["t_exp_s"] == 0.70 and py["t_exp_error"] == pytest.approx(seg / 0.70 - 1)
+    assert py["accuracy"] == pytest.approx(80 / 90) and py["waste"] == pytest.approx(20 / 100)
+    assert py["schedule_age_s"] == pytest.approx(86400, rel=0.01) and py["schedule_stale"] is False
+    gcc = by_app["gcc"]
+    assert gcc["failed_launches"] == 1 and gcc["prefetched"]["min"] == 0.5  # the failed 0.001 s is out
+    assert gcc["schedule_stale"] is True and gcc["methods"].get("reorder") is None
+
+
+def test_table_text_shows_db_numbers_within_80_columns(db_path):
+    conn = open_db(db_path)
+    fill(conn)
+    out = run(db_path)
+    assert max(len(line) for line in out.splitlines()) <= 80
+    line = next(x for x in out.splitlines() if x.startswith("pyimport ") and "hdd7200" in x)
+    # cold median 3.2 (range 3.0..3.4 -> ±6%), segmented 0.75, warm 0.2, gain 1-0.75/3.2 = 77%, capt 2.45/3.0 = 82%
+    assert re.search(r"3\.200 ±6%\s+0\.750 ±7%\s+0\.200 ±5%\s+77%\s+82%", line), line
+    ratios = [x for x in out.splitlines() if x.startswith("pyimport ")][-1]
+    assert ratios.split()[1:] == ["1.00", "0.94", "0.30", "0.27", "0.23", "0.06"]
+    assert "yes" in next(x for x in out.splitlines() if x.startswith("gcc ") and "seg" in x)
+
+
+def test_filters_and_unknown_app(db_path):
+    conn = open_db(db_path)
+    fill(conn)
+    doc = json.loads(run(db_path, "gcc", "--json"))
+    assert [a["app"] for a in doc["apps"]] == ["gcc"]
+    assert json.loads(run(db_path, "--disk", "ssd", "--json"))["apps"] == []
+    assert json.loads(run(db_path, "--bench", "latest", "--json"))["filters"]["bench_id"] == "b1"
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "report", "nosuchapp"])
+    assert result.exit_code != 0 and "no app named nosuchapp" in str(result.exception)
+
+
+def _nonblank(png_path):
+    """The PNG has real content: many distinct gray levels and a large pixel variance."""
+    import matplotlib.image as mpimg
+    import numpy as np
+    img = mpimg.imread(png_path)
+    gray = img[..., :3].mean(axis=2)
+    return float(gray.var()) > 0.005 and len(np.unique(np.round(gray, 2))) > 10
+
+
+def test_figures_render_and_html_embeds_them(db_path, tmp_path):
+    conn = open_db(db_path)
+    fill(conn)
+    plots, page = tmp_path / "figs", tmp_path / "r.html"
+    doc = json.loads(run(db_path, "--json", "--plot", str(plots), "--html", str(page)))
+    figs = doc["figures"]
+    names = sorted(p.name for p in plots.iterdir())
+    assert "normalised.png" in names and "normalised.svg" in names and "history.png" in names
+    assert "timeline-pyimport-hdd7200.png" in names  # cold panel from the recording
+    for f in figs:
+        assert _nonblank(f["png"]), f
+        assert "<svg" in open(f["svg"]).read(1000)
+    html = page.read_text()
+    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(embedded) == len(figs) >= 3
+    assert base64.b64decode(embedded[0]) == open(figs[0]["png"], "rb").read()
+    assert "3.200 ±6%" in html and "src=\"http" not in html
+
+
+def test_empty_database_says_what_to_do(db_path):
+    out = run(db_path)
+    assert "warmstart bench" in out

@@ -1,0 +1,70 @@
+"""`warmstart report` as a library call: summaries from the DB, then the table, figures, HTML."""
+
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..errors import WarmstartError
+from . import figures, html, summary, table, timeline
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text) or "app"
+
+
+def make_figures(conn, launches: list, summaries: list, plot_dir: Path, progress=None) -> list:
+    """Write all figures into plot_dir; returns [(caption, png_path, svg_path)]."""
+    out = []
+
+    def add(caption, paths):
+        if paths:
+            out.append((caption, str(paths[0]), str(paths[1])))
+
+    add("Figure: launch time normalised to cold (median, min-max whiskers) per app and method",
+        figures.normalised(summaries, plot_dir / "normalised"))
+    for s in summaries:
+        panels = timeline.pick(conn, launches, s["app"], s["disk"], s["prefetch_method"])
+        add(f"Figure: timeline of {s['app']} on {s['disk']} (cold vs {s['prefetch_method']})",
+            figures.timeline(s["app"], panels, plot_dir / f"timeline-{_slug(s['app'])}-{_slug(s['disk'])}"))
+        if progress:
+            progress()
+    apps = sorted({r["app"] for r in launches})
+    add("Figure: launch time history per app; dashed lines mark (re-)recordings",
+        figures.history(launches, timeline.recordings_by_app(conn, apps), plot_dir / "history"))
+    return out
+
+
+def build_report(conn, names: Sequence[str] = (), bench_id: Optional[str] = None,
+                 disk: Optional[str] = None, prefetch_method: Optional[str] = None,
+                 plot_dir: Optional[Path] = None, html_file: Optional[Path] = None,
+                 progress=None) -> dict:
+    """Everything `warmstart report` prints or writes; returns the JSON document."""
+    if bench_id == "latest":
+        bench_id = summary.latest_bench_id(conn)
+        if bench_id is None:
+            raise WarmstartError("no bench run in the database: run `warmstart bench` first, "
+                                 "or drop --bench to report all launches")
+    launches = summary.load_launches(conn, names, bench_id=bench_id, disk=disk)
+    summaries = summary.summarize(launches, prefetch_method=prefetch_method)
+    text = table.render(summaries)
+    doc = {"generated_at": time.time(), "filters": {"apps": list(names), "bench_id": bench_id, "disk": disk},
+           "apps": summaries, "table": text, "figures": [], "html": None}
+    if plot_dir or html_file:
+        with tempfile.TemporaryDirectory(prefix="warmstart-report-") as tmp:
+            target = Path(plot_dir) if plot_dir else Path(tmp)
+            figs = make_figures(conn, launches, summaries, target, progress)
+            if plot_dir:
+                doc["figures"] = [{"caption": c, "png": p, "svg": v} for c, p, v in figs]
+            if html_file:
+                meta = {"generated": time.strftime("%Y-%m-%d %H:%M:%S"),
+                        "apps": ", ".join(names) or "all", "bench run": bench_id or "all launches",
+                        "disk": disk or "all", "launches": len(launches)}
+                page = html.render("warmstart launch report", text, [(c, p) for c, p, _ in figs], meta)
+                try:
+                    Path(html_file).write_text(page, encoding="utf-8")
+                except OSError as e:
+                    raise WarmstartError(f"cannot write {html_file}: {e.strerror}; pick a writable path")
+                doc["html"] = str(html_file)
+    return doc

@@ -1,0 +1,152 @@
+"""The report's figures (matplotlib, Agg), each written as PNG and SVG.
+
+1. normalised(): launch time per app and method relative to cold, min-max error bars (paper Fig. 3).
+2. timeline(): CPU and disk usage and each request's LBA over a launch, cold vs prefetched,
+   segment boundaries marked (paper Fig. 4).
+3. history(): launch time over days per app, re-recordings marked.
+
+Grayscale-readable: methods differ by hatch and gray level, series by line style and marker,
+never by colour alone.
+"""
+
+import datetime as dt
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .summary import METHOD_ORDER  # noqa: E402
+
+STYLE = {  # method: (gray fill, hatch, marker)
+    "cold": ("0.15", "", "o"),
+    "cold-traced": ("0.35", "xx", "x"),
+    "interleave": ("0.55", "//", "s"),
+    "reorder": ("0.75", "\\\\", "^"),
+    "segmented-paper": ("0.9", "..", "v"),
+    "segmented": ("1.0", "++", "D"),
+    "warm": ("0.45", "--", "*"),
+}
+DEFAULT_STYLE = ("0.6", "oo", "P")
+
+
+def _save(fig, stem: Path) -> list:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in ("png", "svg"):
+        p = stem.with_suffix("." + ext)
+        fig.savefig(p, dpi=110, bbox_inches="tight")
+        paths.append(p)
+    plt.close(fig)
+    return paths
+
+
+def normalised(summaries, stem: Path) -> list:
+    """Bars of median launch time / cold median per app and method; whiskers span min..max."""
+    rows = [s for s in summaries if s["cold"] and s["cold"]["median"] > 0]
+    if not rows:
+        return []
+    methods = [m for m in METHOD_ORDER if any(m in s["methods"] for s in rows)]
+    methods += sorted({m for s in rows for m in s["methods"]} - set(methods))
+    width = 0.8 / len(methods)
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(rows) * len(methods) / 4 + 3), 4.2))
+    for j, m in enumerate(methods):
+        gray, hatch, _ = STYLE.get(m, DEFAULT_STYLE)
+        xs, ys, lo, hi = [], [], [], []
+        for i, s in enumerate(rows):
+            st = s["methods"].get(m)
+            if not st:
+                continue
+            c = s["cold"]["median"]
+            xs.append(i + (j - (len(methods) - 1) / 2) * width)
+            ys.append(st["median"] / c)
+            lo.append((st["median"] - st["min"]) / c)
+            hi.append((st["max"] - st["median"]) / c)
+        ax.bar(xs, ys, width, color=gray, hatch=hatch, edgecolor="black", linewidth=0.6, label=m,
+               yerr=[lo, hi], capsize=2, error_kw={"elinewidth": 0.8})
+    ax.axhline(1.0, color="black", linestyle=":", linewidth=0.8)
+    ax.set_xticks(range(len(rows)))
+    many_disks = len({s["disk"] for s in rows}) > 1
+    ax.set_xticklabels([f"{s['app']}\n({s['disk']})" if many_disks else s["app"] for s in rows],
+                       fontsize=8)
+    ax.set_ylabel("launch time / cold launch time (ratio)")
+    ax.set_xlabel("application")
+    ax.set_title("Launch time normalised to cold start (bars: median, whiskers: min-max)")
+    ax.legend(fontsize=7, ncol=min(4, len(methods)), loc="upper right")
+    ax.set_ylim(0, max(1.25, ax.get_ylim()[1]))
+    return _save(fig, stem)
+
+
+def timeline(app: str, series: list, stem: Path) -> list:
+    """One panel per launch (e.g. cold, segmented): CPU and disk usage in % on the left axis,
+    each request's LBA (as % of the device) as dots on the right axis, segment ends as lines.
+
+    series items: {"label", "period_s", "cpu": [fractions], "disk": [fractions],
+    "requests": [[t_s, sector], ...], "segments_s": [t_s, ...], "dev_sectors": int|None}."""
+    series = [s for s in series if s]
+    if not series:
+        return []
+    tmax = max(max(len(s["cpu"]), len(s["disk"])) * s["period_s"] for s in series) or 1.0
+    fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.4 * len(series) + 0.6), sharex=True,
+                             squeeze=False)
+    for ax, s in zip(axes[:, 0], series):
+        p = s["period_s"]
+        ax.fill_between([i * p for i in range(len(s["disk"]))], [100 * v for v in s["disk"]],
+                        step="post", color="0.8", hatch="////", edgecolor="0.5", linewidth=0,
+                        label="disk busy (%)")
+        ax.step([i * p for i in range(len(s["cpu"]))], [100 * v for v in s["cpu"]], where="post",
+                color="black", linewidth=1.0, label=s.get("cpu_what", "CPU busy (%)"))
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("usage (%)")
+        for k, t in enumerate(s.get("segments_s") or []):
+            ax.axvline(t, color="black", linestyle="--", linewidth=0.8,
+                       label="segment boundary" if k == 0 else None)
+        lba_ax = ax.twinx()
+        reqs = s.get("requests") or []
+        if reqs:
+            top = s.get("dev_sectors") or max(r[1] for r in reqs) or 1
+            lba_ax.scatter([r[0] for r in reqs], [100 * r[1] / top for r in reqs], s=5, marker="x",
+                           color="0.3", linewidths=0.6, label="request LBA")
+        lba_ax.set_ylim(0, 105)
+        lba_ax.set_ylabel("LBA (% of disk)")
+        ax.set_title(f"{app}: {s['label']}", fontsize=9)
+        handles = ax.get_legend_handles_labels()
+        h2 = lba_ax.get_legend_handles_labels()
+        ax.legend(handles[0] + h2[0], handles[1] + h2[1], fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("time since launch start (s)")
+    axes[-1, 0].set_xlim(0, tmax)
+    fig.suptitle(f"CPU and disk usage with request LBAs during the launch of {app}", fontsize=10)
+    return _save(fig, stem)
+
+
+def history(launches: list, recordings: dict, stem: Path) -> list:
+    """Launch time against date per app and method; vertical lines where the app was re-recorded.
+
+    launches: rows with app, method, started_at, launch_time_s; recordings: app -> [started_at]."""
+    launches = [r for r in launches if r["exit_status"] in (0, None)]  # a failed launch is no time
+    apps = sorted({r["app"] for r in launches})
+    if not apps:
+        return []
+    fig, axes = plt.subplots(len(apps), 1, figsize=(8, 2.3 * len(apps) + 0.6), squeeze=False,
+                             sharex=True)
+    for ax, app in zip(axes[:, 0], apps):
+        rows = [r for r in launches if r["app"] == app]
+        for m in [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)] + \
+                sorted({r["method"] for r in rows} - set(METHOD_ORDER)):
+            pts = [r for r in rows if r["method"] == m]
+            _, _, marker = STYLE.get(m, DEFAULT_STYLE)
+            ax.plot([dt.datetime.fromtimestamp(r["started_at"]) for r in pts],
+                    [r["launch_time_s"] for r in pts], marker=marker, linestyle="-", linewidth=0.6,
+                    markersize=4, color="black", markerfacecolor="white", label=m)
+        for k, t in enumerate(recordings.get(app, [])):
+            ax.axvline(dt.datetime.fromtimestamp(t), color="0.4", linestyle="--", linewidth=0.9,
+                       label="(re-)recorded" if k == 0 else None)
+        ax.set_ylabel("launch time (s)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{app}", fontsize=9)
+        ax.legend(fontsize=7, loc="upper right", ncol=2)
+    axes[-1, 0].set_xlabel("date and time of the launch (local)")
+    fig.autofmt_xdate()
+    fig.suptitle("Launch time history per application", fontsize=10)
+    return _save(fig, stem)

@@ -1,0 +1,135 @@
+"""Per-app launch statistics read from the `launches` table: what `warmstart report` prints.
+
+One summary per (app, disk): launch times on an emulated HDD and on the real disk must never be
+pooled into one median. The "prefetched" column is the app's best-supported prefetch method:
+segmented if it was measured, else reorder, else interleave (overridable).
+"""
+
+import json
+import time
+from typing import Iterable, Optional, Sequence
+
+from ..errors import WarmstartError
+from . import stats
+
+# Display order of launch methods (also the bars of the normalised figure, like the paper's Fig. 3).
+METHOD_ORDER = ("cold", "cold-traced", "interleave", "reorder", "segmented-paper", "segmented", "warm")
+PREFETCH_PREFERENCE = ("segmented", "segmented-paper", "reorder", "interleave")
+NOT_PREFETCHED = ("cold", "cold-traced", "warm", "none")
+
+
+def method_of(mode: str, algorithm: Optional[str]) -> str:
+    """The launch method a row measured: its mode, with segmented split by the schedule's algorithm
+    (the paper's Algorithm 1 vs ours), so bench can compare both from the same table."""
+    if mode == "segmented" and algorithm == "paper":
+        return "segmented-paper"
+    return mode
+
+
+def load_launches(conn, names: Sequence[str] = (), bench_id: Optional[str] = None,
+                  disk: Optional[str] = None) -> list:
+    """Launch rows (as dicts, with app name, method, schedule facts) matching the filters."""
+    if names:
+        known = {r[0] for r in conn.execute(
+            f"SELECT name FROM apps WHERE name IN ({','.join('?' * len(names))})", list(names))}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise WarmstartError(f"no app named {', '.join(missing)} in the database: "
+                                 f"see `warmstart report` without names for the recorded apps")
+    where, args = ["1"], []
+    if names:
+        where.append(f"a.name IN ({','.join('?' * len(names))})")
+        args += list(names)
+    if bench_id:
+        where.append("l.bench_id = ?")
+        args.append(bench_id)
+    if disk:
+        where.append("l.disk = ?")
+        args.append(disk)
+    rows = conn.execute(f"""
+        SELECT l.*, a.name AS app, s.algorithm, s.t_exp_s, s.created_at AS schedule_created_at,
+               s.stale AS schedule_stale, s.total_bytes AS schedule_bytes
+        FROM launches l JOIN apps a ON a.id = l.app_id
+        LEFT JOIN schedules s ON s.id = l.schedule_id
+        WHERE {' AND '.join(where)}
+        ORDER BY a.name, l.started_at, l.id""", args).fetchall()
+    out = []
+    for r in rows:
+        d = dict(r)
+        d["disk"] = d["disk"] or "unknown"
+        d["method"] = method_of(d["mode"], d["algorithm"])
+        try:
+            d["details"] = json.loads(d.pop("details_json") or "{}")
+        except ValueError:
+            d["details"] = {}
+        out.append(d)
+    return out
+
+
+def latest_bench_id(conn) -> Optional[str]:
+    row = conn.execute("SELECT bench_id FROM launches WHERE bench_id IS NOT NULL "
+                       "ORDER BY started_at DESC, id DESC LIMIT 1").fetchone()
+    return row[0] if row else None
+
+
+def _sum(values: Iterable) -> Optional[int]:
+    v = [x for x in values if x is not None]
+    return sum(v) if v else None
+
+
+def summarize(launches: list, prefetch_method: Optional[str] = None, now: Optional[float] = None) -> list:
+    """One dict per (app, disk) with medians/spreads per method and the derived gains.
+
+    Only launches that ran correctly (exit status 0 or unknown) count towards times; failed ones
+    are counted separately so a broken mode cannot look fast."""
+    now = time.time() if now is None else now
+    groups = {}
+    for row in launches:
+        groups.setdefault((row["app"], row["disk"]), []).append(row)
+    result = []
+    for (app, disk), rows in sorted(groups.items()):
+        ok = [r for r in rows if r["exit_status"] in (0, None)]
+        by_method = {}
+        for r in ok:
+            by_method.setdefault(r["method"], []).append(r)
+        methods = {}
+        for m in sorted(by_method, key=lambda m: (METHOD_ORDER.index(m) if m in METHOD_ORDER else 99, m)):
+            methods[m] = stats.spread(r["launch_time_s"] for r in by_method[m])
+        cold, warm = methods.get("cold"), methods.get("warm")
+        pm = prefetch_method or next((m for m in PREFETCH_PREFERENCE if m in methods),
+                                     next((m for m in methods if m not in NOT_PREFETCHED), None))
+        pref = methods.get(pm) if pm else None
+        prow = by_method.get(pm, [])
+        med = lambda s: s.median if s else None  # noqa: E731
+        latest = prow[-1] if prow else None
+        prefetched_bytes = _sum(r["prefetched_bytes"] for r in prow)
+        used = _sum(r["used_bytes"] for r in prow)
+        pused = _sum(r["prefetched_used_bytes"] for r in prow)
+        result.append({
+            "app": app,
+            "disk": disk,
+            "launches": len(rows),
+            "failed_launches": len(rows) - len(ok),
+            "bench_ids": sorted({r["bench_id"] for r in rows if r["bench_id"]}),
+            "methods": {m: dict(s.as_dict(), ratio_to_cold=stats.ratio(s.median, med(cold)))
+                        for m, s in methods.items()},
+            "prefetch_method": pm,
+            "cold": cold.as_dict() if cold else None,
+            "prefetched": pref.as_dict() if pref else None,
+            "warm": warm.as_dict() if warm else None,
+            "gain": stats.gain(med(pref), med(cold)),
+            "captured": stats.captured(med(cold), med(pref), med(warm)),
+            "t_exp_s": latest["t_exp_s"] if latest else None,
+            "t_exp_error": stats.estimate_error(med(pref), latest["t_exp_s"]) if latest else None,
+            "prefetched_bytes_median": med(stats.spread(r["prefetched_bytes"] for r in prow
+                                                        if r["prefetched_bytes"] is not None)),
+            "accuracy": stats.share(pused, used),
+            "waste": stats.share(None if prefetched_bytes is None or pused is None
+                                 else prefetched_bytes - pused, prefetched_bytes),
+            "schedule_id": latest["schedule_id"] if latest else None,
+            "schedule_age_s": (now - latest["schedule_created_at"])
+            if latest and latest["schedule_created_at"] is not None else None,
+            "schedule_stale": bool(latest["schedule_stale"]) if latest and latest["schedule_stale"] is not None else None,
+            "mechanism": latest["mechanism"] if latest else None,
+        })
+    return result
