@@ -1,0 +1,41 @@
+/* Shared pieces of warmstartd: options, logging, the watchdog heartbeat. */
+#ifndef WS_DAEMON_H
+#define WS_DAEMON_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define WS_MAX_MARKS 64
+
+struct ws_options {
+	const char *index_path;
+	const char *replayer;
+	const char *events_path; /* JSON lines: launches and stale marks, read by `warmstart hook` */
+	const char *stats_path;  /* decision-time statistics, rewritten on SIGUSR1 and exit */
+	const char *pidfile;
+	const char *marks[WS_MAX_MARKS]; /* extra paths whose mounts are marked (learning) */
+	int n_marks;
+	int watchdog;
+	unsigned stop_check_ms;  /* watchdog period */
+	unsigned hang_ms;        /* heartbeat age that counts as hung */
+};
+
+/* Written by the worker, read by the watchdog (MAP_SHARED, set up before fork). */
+struct ws_heartbeat {
+	volatile uint64_t beat_ns;
+	volatile uint32_t held;
+	volatile int32_t worker_pid;
+};
+
+uint64_t ws_now_ns(void);
+void ws_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The fanotify event loop; returns the process exit status. */
+int ws_worker_run(const struct ws_options *opt, struct ws_heartbeat *hb);
+
+/* Start the replayer for one launch; *notify_fd becomes readable when the pre-buffer is in
+ * (a byte) or the replayer is gone (EOF). Returns the child's pid or -errno. */
+pid_t ws_spawn_replayer(const char *replayer, const char *schedule, uid_t uid, gid_t gid,
+			pid_t app_pid, int *notify_fd);
+
+#endif

@@ -1,0 +1,84 @@
+/* The hook index: the compact, root-owned file that maps an executable identity (+ argv
+ * signature) to the schedule to replay. Written by warmstart/hook/index.py, read here by
+ * warmstartd and the preload shim. No SQLite on the exec path.
+ *
+ * Layout (little-endian): header (64 bytes), entries (88 bytes each, sorted by dev, ino, then
+ * argv-signature entries before exe-only ones), string table (each string NUL-terminated).
+ * checksum = FNV-1a 64 over everything after the header. */
+#ifndef WS_INDEX_H
+#define WS_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define WS_INDEX_MAGIC "WSHOOKIX"
+#define WS_INDEX_VERSION 1
+#define WS_INDEX_MAX_BYTES (64u << 20)
+#define WS_HOLD_CAP_MS 1000u /* hard deadline: an exec is never held longer */
+
+#define WS_ENTRY_STALE 0x1u /* a scheduled file changed since analysis: do not replay */
+
+struct ws_index_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t n_entries;
+	uint32_t strtab_len;
+	uint32_t max_hold_ms;
+	uint64_t checksum;
+	uint32_t flags;
+	uint32_t reserved[7];
+};
+
+struct ws_index_entry {
+	uint64_t dev; /* userspace dev_t, makedev(major, minor) */
+	uint64_t ino;
+	uint64_t size;
+	int64_t mtime_ns;
+	uint64_t schedule_id;
+	uint32_t exe_off, exe_len;     /* resolved path of the executable */
+	uint32_t argv_off, argv_len;   /* NUL-separated needles, argv must contain them in order */
+	uint32_t sched_off, sched_len; /* schedule file handed to the replayer */
+	uint32_t name_off, name_len;   /* app name, for logs */
+	uint32_t files_off, files_len; /* NUL-separated paths the schedule reads (staleness) */
+	uint32_t hold_ms;              /* pre-buffer deadline for this app */
+	uint32_t flags;                /* WS_ENTRY_* */
+};
+
+struct ws_index {
+	void *map;
+	size_t map_len;
+	const struct ws_index_header *hdr;
+	const struct ws_index_entry *entries;
+	const char *strtab;
+};
+
+uint64_t ws_fnv1a64(const void *data, size_t len);
+
+/* Open and verify an index file. With require_root, refuses a file not owned by root or
+ * writable by group/others, and never follows a symlink. Returns 0 or -errno
+ * (-EPERM ownership, -EBADMSG bad magic/checksum/layout, -EPROTO unknown version). */
+int ws_index_open(struct ws_index *idx, const char *path, int require_root);
+/* Verify an index already in memory (used by ws_index_open and the C tests). */
+int ws_index_parse(struct ws_index *idx, const void *buf, size_t len);
+void ws_index_close(struct ws_index *idx);
+
+static inline const char *ws_index_str(const struct ws_index *idx, uint32_t off)
+{
+	return idx->strtab + off;
+}
+
+/* First entry with this (dev, ino), or NULL: the daemon's per-exec fast path. */
+const struct ws_index_entry *ws_index_find(const struct ws_index *idx, uint64_t dev, uint64_t ino);
+
+/* The entry for a launch: same dev/ino/size/mtime and argv signature matched. argv may be
+ * NULL when it could not be read (then only exe-only entries match). Returns NULL if none;
+ * *identity_mismatch is set when an entry had the inode but a different size/mtime. */
+const struct ws_index_entry *ws_index_match(const struct ws_index *idx, uint64_t dev, uint64_t ino,
+					    uint64_t size, int64_t mtime_ns, char *const *argv, int argc,
+					    int *identity_mismatch);
+
+/* argv[0..argc-1] contains the NUL-separated needles (total length len) as a subsequence. */
+int ws_argv_matches(const char *needles, uint32_t len, char *const *argv, int argc);
+
+#endif

@@ -1,0 +1,268 @@
+/* warmstartd: prefetch a recorded app's pre-buffer before its exec proceeds.
+ *
+ * Two processes. The worker (worker.c) owns the fanotify group and answers exec events. The
+ * watchdog (this file, the parent) owns no fanotify fd, so the kernel releases the group, and
+ * with it every pending exec (answered FAN_ALLOW), the moment the worker dies. The kernel has
+ * no timeout for permission events: a STOPPED listener blocks execs for ever. So the watchdog
+ * SIGKILLs a worker it finds stopped (state T/t) or whose heartbeat is older than --hang-ms,
+ * then starts a new one. The worker dies with the watchdog (PR_SET_PDEATHSIG). */
+#include "daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t ws_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+void ws_log(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "warmstartd[%d]: %s\n", (int)getpid(), msg);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: warmstartd [options]\n"
+		"  --index PATH       hook index written by `warmstart hook install` (default /var/lib/warmstart/hook.idx)\n"
+		"  --replayer PATH    warmstart-replay binary (default: next to warmstartd)\n"
+		"  --events PATH      append launch/stale records (JSON lines)\n"
+		"  --stats PATH       decision-time statistics (written on SIGUSR1 and exit)\n"
+		"  --pidfile PATH     write the watchdog's pid\n"
+		"  --mark PATH        also mark the mount holding PATH (repeatable)\n"
+		"  --no-watchdog      run the worker alone (a SIGSTOPped worker then blocks execs on marked mounts)\n"
+		"  --stop-check-ms N  watchdog period (default 50)\n"
+		"  --hang-ms N        heartbeat age counted as a hang (default 2000)\n"
+		"examples:\n"
+		"  warmstartd --index /var/lib/warmstart/hook.idx --events /var/lib/warmstart/hook-events.jsonl\n"
+		"  kill -USR1 $(cat /run/warmstart/warmstartd.pid)   # refresh the --stats file\n");
+}
+
+static char worker_state(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return '?';
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return '?';
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+	return p && p[1] == ' ' ? p[2] : '?';
+}
+
+static pid_t start_worker(const struct ws_options *opt, struct ws_heartbeat *hb, pid_t watchdog)
+{
+	pid_t pid = fork();
+
+	if (pid != 0)
+		return pid < 0 ? -errno : pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != watchdog)
+		_exit(1); /* the watchdog died before prctl */
+	prctl(PR_SET_NAME, "warmstartd-wk");
+	_exit(ws_worker_run(opt, hb));
+}
+
+static int run_watchdog(const struct ws_options *opt, struct ws_heartbeat *hb)
+{
+	sigset_t set;
+	pid_t worker, me = getpid();
+	int sfd, restarts = 0, stopping = 0;
+	uint64_t window_start = ws_now_ns();
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR1);
+	sigaddset(&set, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0) {
+		ws_log("signalfd: %s", strerror(errno));
+		return 1;
+	}
+	hb->beat_ns = ws_now_ns();
+	worker = start_worker(opt, hb, me);
+	if (worker < 0) {
+		ws_log("fork: %s", strerror((int)-worker));
+		close(sfd);
+		return 1;
+	}
+	for (;;) {
+		struct pollfd p = {sfd, POLLIN, 0};
+		struct signalfd_siginfo si;
+		int status;
+		pid_t dead;
+		char st;
+
+		poll(&p, 1, (int)opt->stop_check_ms);
+		while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+			if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+				stopping = 1;
+				kill(worker, SIGTERM);
+				kill(worker, SIGCONT);
+			} else if (si.ssi_signo == SIGHUP || si.ssi_signo == SIGUSR1) {
+				kill(worker, (int)si.ssi_signo);
+			}
+		}
+		dead = waitpid(worker, &status, WNOHANG);
+		if (dead == worker) {
+			if (stopping) {
+				close(sfd);
+				return 0;
+			}
+			if (WIFEXITED(status) && WEXITSTATUS(status) == 1 && hb->worker_pid == 0) {
+				ws_log("worker could not start; giving up (execs are unaffected)");
+				close(sfd);
+				return 1;
+			}
+			ws_log("worker %d ended (%s %d); restarting", (int)worker,
+			       WIFSIGNALED(status) ? "signal" : "status",
+			       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+			if (ws_now_ns() - window_start > 60000000000ull) {
+				window_start = ws_now_ns();
+				restarts = 0;
+			}
+			if (++restarts > 5) {
+				ws_log("worker restarted 5 times in a minute; giving up (execs are unaffected)");
+				close(sfd);
+				return 1;
+			}
+			usleep(200000);
+			hb->worker_pid = 0;
+			hb->held = 0;
+			hb->beat_ns = ws_now_ns();
+			worker = start_worker(opt, hb, me);
+			if (worker < 0) {
+				close(sfd);
+				return 1;
+			}
+			continue;
+		}
+		if (stopping)
+			continue;
+		st = worker_state(worker);
+		if (st == 'T' || st == 't') {
+			/* a stopped listener blocks every exec on the marked mounts: kill it, which makes
+			 * the kernel allow whatever it held, and start over */
+			ws_log("worker %d is stopped; killing it so execs proceed", (int)worker);
+			kill(worker, SIGKILL);
+		} else if (ws_now_ns() - hb->beat_ns > (uint64_t)opt->hang_ms * 1000000ull) {
+			ws_log("worker %d missed its heartbeat for %u ms; killing it", (int)worker, opt->hang_ms);
+			kill(worker, SIGKILL);
+		}
+	}
+}
+
+static char *default_replayer(const char *argv0)
+{
+	char self[4096], *slash, *out;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	(void)argv0;
+	if (n <= 0)
+		return strdup("/usr/libexec/warmstart/warmstart-replay");
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	if (slash)
+		*slash = '\0';
+	if (asprintf(&out, "%s/warmstart-replay", self) < 0)
+		return NULL;
+	return out;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"index", required_argument, 0, 'i'},   {"replayer", required_argument, 0, 'r'},
+		{"events", required_argument, 0, 'e'},  {"stats", required_argument, 0, 's'},
+		{"pidfile", required_argument, 0, 'p'}, {"mark", required_argument, 0, 'm'},
+		{"no-watchdog", no_argument, 0, 'W'},   {"stop-check-ms", required_argument, 0, 'c'},
+		{"hang-ms", required_argument, 0, 'H'}, {"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0}};
+	struct ws_options opt = {.index_path = "/var/lib/warmstart/hook.idx", .watchdog = 1,
+				 .stop_check_ms = 50, .hang_ms = 2000};
+	struct ws_heartbeat *hb;
+	char *replayer_default = NULL;
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'i': opt.index_path = optarg; break;
+		case 'r': opt.replayer = optarg; break;
+		case 'e': opt.events_path = optarg; break;
+		case 's': opt.stats_path = optarg; break;
+		case 'p': opt.pidfile = optarg; break;
+		case 'm':
+			if (opt.n_marks == WS_MAX_MARKS) {
+				fprintf(stderr, "warmstartd: at most %d --mark paths\n", WS_MAX_MARKS);
+				return 2;
+			}
+			opt.marks[opt.n_marks++] = optarg;
+			break;
+		case 'W': opt.watchdog = 0; break;
+		case 'c': opt.stop_check_ms = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'H': opt.hang_ms = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc || opt.stop_check_ms == 0 || opt.hang_ms == 0) {
+		usage(stderr);
+		return 2;
+	}
+	if (!opt.replayer) {
+		replayer_default = default_replayer(argv[0]);
+		opt.replayer = replayer_default;
+	}
+	if (opt.pidfile) {
+		FILE *f = fopen(opt.pidfile, "we");
+
+		if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
+			fprintf(stderr, "warmstartd: cannot write pidfile %s: %s\n", opt.pidfile, strerror(errno));
+			return 1;
+		}
+	}
+	hb = mmap(NULL, sizeof(*hb), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (hb == MAP_FAILED) {
+		perror("warmstartd: mmap");
+		return 1;
+	}
+	rc = opt.watchdog ? run_watchdog(&opt, hb) : ws_worker_run(&opt, hb);
+	if (opt.pidfile)
+		unlink(opt.pidfile);
+	munmap(hb, sizeof(*hb));
+	free(replayer_default);
+	return rc;
+}

@@ -1,0 +1,486 @@
+/* warmstartd's worker: answers FAN_OPEN_EXEC_PERM events. Unrelated executables are allowed
+ * after one fstat and a binary search of the in-memory index; a recorded app's exec is held
+ * until its replayer reports the pre-buffer fetched, or its deadline (<= 1 s), or any error. */
+#include "daemon.h"
+#include "index.h"
+#include "procinfo.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/fanotify.h>
+#include <sys/inotify.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_HOLDS 32
+#define LAT_RING 8192
+#define FAN_BUF 8192
+
+struct hold {
+	int event_fd;   /* -1: slot free */
+	int notify_fd;
+	pid_t replayer;
+	pid_t app;
+	uint64_t start_ns, deadline_ns;
+	uint64_t schedule_id; /* not an entry index: the index may be reloaded during a hold */
+};
+
+struct watch {
+	int wd;
+	uint32_t entry, file_no;
+};
+
+struct worker {
+	const struct ws_options *opt;
+	struct ws_heartbeat *hb;
+	int fan, ino, sig, index_wd;
+	struct ws_index idx;
+	uint8_t *stale; /* per entry: set when a scheduled file changed */
+	struct watch *watches;
+	size_t n_watches;
+	struct hold holds[MAX_HOLDS];
+	uint32_t lat_ns[LAT_RING]; /* decision times of unrelated execs */
+	uint64_t n_lat, n_events, n_matched, n_allowed_error;
+	FILE *events;
+};
+
+static void emit_event(struct worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#include <stdarg.h>
+static void emit_event(struct worker *w, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!w->events)
+		return;
+	fprintf(w->events, "{\"t\": %.6f, ", ws_now_ns() / 1e9);
+	va_start(ap, fmt);
+	vfprintf(w->events, fmt, ap);
+	va_end(ap);
+	fputs("}\n", w->events);
+	fflush(w->events);
+}
+
+static void respond(struct worker *w, int fd, uint32_t verdict)
+{
+	struct fanotify_response r = {.fd = fd, .response = verdict};
+
+	/* ENOENT: the event is gone (the launching process was killed); nothing to do */
+	if (write(w->fan, &r, sizeof(r)) < 0 && errno != ENOENT)
+		ws_log("answering exec event fd %d: %s", fd, strerror(errno));
+	close(fd);
+}
+
+/* ---- index and its watches ---- */
+
+static void drop_watches(struct worker *w)
+{
+	for (size_t i = 0; i < w->n_watches; i++)
+		inotify_rm_watch(w->ino, w->watches[i].wd);
+	free(w->watches);
+	w->watches = NULL;
+	w->n_watches = 0;
+}
+
+static void add_file_watches(struct worker *w)
+{
+	size_t cap = 0;
+
+	for (uint32_t i = 0; i < w->idx.hdr->n_entries; i++) {
+		const struct ws_index_entry *e = &w->idx.entries[i];
+		const char *p = ws_index_str(&w->idx, e->files_off), *end = p + e->files_len;
+		uint32_t file_no = 0;
+
+		for (; p < end; p += strlen(p) + 1, file_no++) {
+			int wd = inotify_add_watch(w->ino, p, IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE |
+								 IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW);
+			if (wd < 0) {
+				/* missing already: the schedule is stale from the start */
+				if (errno == ENOENT && !w->stale[i]) {
+					w->stale[i] = 1;
+					emit_event(w, "\"event\": \"stale\", \"schedule_id\": %llu, \"file_no\": %u, "
+						      "\"reason\": \"missing\"", (unsigned long long)e->schedule_id, file_no);
+				}
+				continue;
+			}
+			if (w->n_watches == cap) {
+				struct watch *nw = realloc(w->watches, (cap ? cap * 2 : 64) * sizeof(*nw));
+
+				if (!nw) {
+					ws_log("out of memory for file watches; staleness is checked at replay only");
+					return;
+				}
+				w->watches = nw;
+				cap = cap ? cap * 2 : 64;
+			}
+			w->watches[w->n_watches++] = (struct watch){wd, i, file_no};
+		}
+	}
+}
+
+static void mark_paths(struct worker *w)
+{
+	/* FAN_MARK_FLUSH drops our old mount marks; then one mount mark per path */
+	fanotify_mark(w->fan, FAN_MARK_FLUSH | FAN_MARK_MOUNT, 0, AT_FDCWD, NULL);
+	for (uint32_t i = 0; w->idx.hdr && i < w->idx.hdr->n_entries; i++) {
+		const char *exe = ws_index_str(&w->idx, w->idx.entries[i].exe_off);
+
+		if (fanotify_mark(w->fan, FAN_MARK_ADD | FAN_MARK_MOUNT | FAN_MARK_DONT_FOLLOW,
+				  FAN_OPEN_EXEC_PERM, AT_FDCWD, exe) < 0)
+			ws_log("cannot mark the mount of %s: %s (its launches are not hooked)", exe, strerror(errno));
+	}
+	for (int i = 0; i < w->opt->n_marks; i++)
+		if (fanotify_mark(w->fan, FAN_MARK_ADD | FAN_MARK_MOUNT | FAN_MARK_DONT_FOLLOW,
+				  FAN_OPEN_EXEC_PERM, AT_FDCWD, w->opt->marks[i]) < 0)
+			ws_log("cannot mark the mount of %s: %s", w->opt->marks[i], strerror(errno));
+}
+
+static void load_index(struct worker *w)
+{
+	struct ws_index fresh;
+	int err = ws_index_open(&fresh, w->opt->index_path, 1);
+
+	if (err) {
+		/* keep serving the previous index; a bad file must not stop the hook */
+		if (err == -EPERM)
+			ws_log("index %s refused: not owned by root or writable by others; fix with "
+			       "`warmstart hook install` (keeping %u entries)", w->opt->index_path,
+			       w->idx.hdr ? w->idx.hdr->n_entries : 0);
+		else if (err != -ENOENT || w->idx.hdr)
+			ws_log("index %s not loaded: %s; run `warmstart hook install` to rewrite it",
+			       w->opt->index_path, strerror(-err));
+		if (!w->idx.hdr)
+			mark_paths(w);
+		return;
+	}
+	drop_watches(w);
+	ws_index_close(&w->idx);
+	free(w->stale);
+	w->idx = fresh;
+	w->stale = calloc(fresh.hdr->n_entries + 1, 1);
+	for (uint32_t i = 0; i < fresh.hdr->n_entries; i++)
+		w->stale[i] = !!(fresh.entries[i].flags & WS_ENTRY_STALE);
+	mark_paths(w);
+	add_file_watches(w);
+	ws_log("index %s: %u entries, %zu file watches", w->opt->index_path, fresh.hdr->n_entries, w->n_watches);
+}
+
+static void handle_inotify(struct worker *w)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	const char *base = strrchr(w->opt->index_path, '/');
+	ssize_t n;
+	int reload = 0;
+
+	base = base ? base + 1 : w->opt->index_path;
+	while ((n = read(w->ino, buf, sizeof(buf))) > 0) {
+		for (char *p = buf; p < buf + n;) {
+			struct inotify_event *ev = (struct inotify_event *)p;
+
+			if (ev->wd == w->index_wd) {
+				if (ev->len && strcmp(ev->name, base) == 0)
+					reload = 1;
+			} else if (!(ev->mask & IN_IGNORED)) {
+				for (size_t i = 0; i < w->n_watches; i++) {
+					struct watch *wt = &w->watches[i];
+
+					if (wt->wd != ev->wd || w->stale[wt->entry])
+						continue;
+					w->stale[wt->entry] = 1;
+					emit_event(w, "\"event\": \"stale\", \"schedule_id\": %llu, \"file_no\": %u, "
+						      "\"reason\": \"changed\"",
+						   (unsigned long long)w->idx.entries[wt->entry].schedule_id, wt->file_no);
+					ws_log("schedule %llu stale: file %u changed",
+					       (unsigned long long)w->idx.entries[wt->entry].schedule_id, wt->file_no);
+				}
+			}
+			p += sizeof(*ev) + ev->len;
+		}
+	}
+	if (reload)
+		load_index(w);
+}
+
+/* ---- exec events ---- */
+
+static int free_hold(struct worker *w)
+{
+	for (int i = 0; i < MAX_HOLDS; i++)
+		if (w->holds[i].event_fd < 0)
+			return i;
+	return -1;
+}
+
+static void release(struct worker *w, struct hold *h, const char *outcome)
+{
+	uint64_t now = ws_now_ns();
+
+	respond(w, h->event_fd, FAN_ALLOW);
+	close(h->notify_fd);
+	emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, \"replayer_pid\": %d, "
+		      "\"held_ms\": %.3f, \"outcome\": \"%s\"",
+		   (unsigned long long)h->schedule_id, (int)h->app, (int)h->replayer,
+		   (now - h->start_ns) / 1e6, outcome);
+	h->event_fd = -1;
+	w->hb->held--;
+}
+
+/* Decide one exec. Every path that does not start a hold answers FAN_ALLOW right here. */
+static void handle_exec(struct worker *w, const struct fanotify_event_metadata *m, uint64_t t0)
+{
+	const struct ws_index_entry *e;
+	struct ws_argv *av = NULL;
+	struct stat st;
+	int mismatch = 0, slot, nfd, err;
+	uid_t uid;
+	gid_t gid;
+	pid_t rp;
+	uint32_t hold_ms;
+
+	w->n_events++;
+	if (!w->idx.hdr || fstat(m->fd, &st) < 0 || !ws_index_find(&w->idx, st.st_dev, st.st_ino)) {
+		respond(w, m->fd, FAN_ALLOW);
+		w->lat_ns[w->n_lat++ % LAT_RING] = (uint32_t)(ws_now_ns() - t0);
+		return;
+	}
+	/* a recorded executable: read the argv it is being exec'd with (for signatures) */
+	av = malloc(sizeof(*av));
+	if (av && ws_exec_argv(m->pid, av) < 0) {
+		free(av);
+		av = NULL;
+	}
+	e = ws_index_match(&w->idx, st.st_dev, st.st_ino, st.st_size,
+			   (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+			   av ? av->argv : NULL, av ? av->argc : 0, &mismatch);
+	free(av);
+	if (!e || w->stale[e - w->idx.entries]) {
+		if (mismatch)
+			emit_event(w, "\"event\": \"identity-mismatch\", \"dev\": %llu, \"ino\": %llu",
+				   (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+		else if (e)
+			emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, "
+				      "\"outcome\": \"stale\"", (unsigned long long)e->schedule_id, (int)m->pid);
+		respond(w, m->fd, FAN_ALLOW);
+		return;
+	}
+	w->n_matched++;
+	slot = free_hold(w);
+	err = ws_proc_ids(m->pid, &uid, &gid);
+	if (slot < 0 || err < 0) {
+		w->n_allowed_error++;
+		respond(w, m->fd, FAN_ALLOW);
+		return;
+	}
+	rp = ws_spawn_replayer(w->opt->replayer, ws_index_str(&w->idx, e->sched_off), uid, gid, m->pid, &nfd);
+	if (rp < 0) {
+		w->n_allowed_error++;
+		ws_log("cannot start %s: %s", w->opt->replayer, strerror((int)-rp));
+		respond(w, m->fd, FAN_ALLOW);
+		return;
+	}
+	hold_ms = e->hold_ms ? e->hold_ms : WS_HOLD_CAP_MS;
+	if (w->idx.hdr->max_hold_ms && hold_ms > w->idx.hdr->max_hold_ms)
+		hold_ms = w->idx.hdr->max_hold_ms;
+	if (hold_ms > WS_HOLD_CAP_MS)
+		hold_ms = WS_HOLD_CAP_MS;
+	w->holds[slot] = (struct hold){m->fd, nfd, rp, m->pid, t0, t0 + hold_ms * 1000000ull,
+				       e->schedule_id};
+	w->hb->held++;
+}
+
+static void handle_fanotify(struct worker *w)
+{
+	char buf[FAN_BUF] __attribute__((aligned(__alignof__(struct fanotify_event_metadata))));
+	ssize_t n;
+
+	while ((n = read(w->fan, buf, sizeof(buf))) > 0) {
+		uint64_t t0 = ws_now_ns();
+		struct fanotify_event_metadata *m = (struct fanotify_event_metadata *)buf;
+
+		for (; FAN_EVENT_OK(m, n); m = FAN_EVENT_NEXT(m, n)) {
+			if (m->vers != FANOTIFY_METADATA_VERSION) {
+				ws_log("fanotify metadata version %u unknown; exiting (execs are allowed)", m->vers);
+				exit(1);
+			}
+			if (m->fd < 0)
+				continue; /* FAN_NOFD: queue overflow; perm events are never dropped */
+			if (m->mask & FAN_OPEN_EXEC_PERM)
+				handle_exec(w, m, t0);
+			else
+				respond(w, m->fd, FAN_ALLOW);
+		}
+	}
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void write_stats(struct worker *w)
+{
+	size_t n = w->n_lat < LAT_RING ? w->n_lat : LAT_RING;
+	uint32_t *s = malloc((n + 1) * sizeof(*s));
+	char tmp[PATH_MAX];
+	FILE *f;
+
+	if (!w->opt->stats_path || !s) {
+		free(s);
+		return;
+	}
+	memcpy(s, w->lat_ns, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), cmp_u32);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", w->opt->stats_path);
+	f = fopen(tmp, "we");
+	if (f) {
+		fprintf(f, "{\"worker_pid\": %d, \"events\": %llu, \"matched\": %llu, \"allowed_on_error\": %llu, "
+			   "\"unrelated_samples\": %zu, \"unrelated_decision_median_us\": %.3f, "
+			   "\"unrelated_decision_p99_us\": %.3f, \"index_entries\": %u, \"file_watches\": %zu}\n",
+			(int)getpid(), (unsigned long long)w->n_events, (unsigned long long)w->n_matched,
+			(unsigned long long)w->n_allowed_error, n, n ? s[n / 2] / 1e3 : 0.0,
+			n ? s[(n * 99) / 100] / 1e3 : 0.0, w->idx.hdr ? w->idx.hdr->n_entries : 0, w->n_watches);
+		if (fclose(f) == 0)
+			rename(tmp, w->opt->stats_path);
+	}
+	free(s);
+}
+
+static int setup(struct worker *w)
+{
+	char dir[PATH_MAX];
+	char *slash;
+	sigset_t set;
+
+	w->fan = fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
+	if (w->fan < 0) {
+		ws_log("fanotify_init(FAN_CLASS_CONTENT): %s; the kernel needs CONFIG_FANOTIFY_ACCESS_PERMISSIONS "
+		       "and root; use `warmstart hook install --preload` instead", strerror(errno));
+		return -errno;
+	}
+	w->ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (w->ino < 0)
+		return -errno;
+	snprintf(dir, sizeof(dir), "%s", w->opt->index_path);
+	slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = '\0';
+	else if (slash)
+		*slash = '\0';
+	else
+		snprintf(dir, sizeof(dir), ".");
+	/* the index is replaced by rename: watch its directory, not its inode */
+	w->index_wd = inotify_add_watch(w->ino, dir, IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_ONLYDIR);
+	if (w->index_wd < 0)
+		ws_log("cannot watch %s (%s): index changes need SIGHUP", dir, strerror(errno));
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	w->sig = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (w->sig < 0)
+		return -errno;
+	if (w->opt->events_path) {
+		w->events = fopen(w->opt->events_path, "ae");
+		if (!w->events)
+			ws_log("cannot append to %s: %s (launch records are not kept)", w->opt->events_path,
+			       strerror(errno));
+	}
+	return 0;
+}
+
+int ws_worker_run(const struct ws_options *opt, struct ws_heartbeat *hb)
+{
+	static struct worker w;
+	struct pollfd pfd[3 + MAX_HOLDS];
+	int hold_of[3 + MAX_HOLDS];
+	int running = 1, err;
+
+	w.opt = opt;
+	w.hb = hb;
+	for (int i = 0; i < MAX_HOLDS; i++)
+		w.holds[i].event_fd = -1;
+	err = setup(&w);
+	if (err)
+		return 1;
+	load_index(&w);
+	hb->worker_pid = getpid();
+	ws_log("worker %d ready (replayer %s)", (int)getpid(), opt->replayer);
+	while (running) {
+		uint64_t now = ws_now_ns(), next = now + 100000000ull; /* beat at least every 100 ms */
+		int nfds = 3, timeout;
+
+		hb->beat_ns = now;
+		pfd[0] = (struct pollfd){w.fan, POLLIN, 0};
+		pfd[1] = (struct pollfd){w.ino, POLLIN, 0};
+		pfd[2] = (struct pollfd){w.sig, POLLIN, 0};
+		for (int i = 0; i < MAX_HOLDS; i++) {
+			if (w.holds[i].event_fd < 0)
+				continue;
+			if (w.holds[i].deadline_ns <= now) {
+				release(&w, &w.holds[i], "deadline");
+				continue;
+			}
+			if (w.holds[i].deadline_ns < next)
+				next = w.holds[i].deadline_ns;
+			hold_of[nfds] = i;
+			pfd[nfds++] = (struct pollfd){w.holds[i].notify_fd, POLLIN, 0};
+		}
+		timeout = (int)((next - now + 999999) / 1000000);
+		if (poll(pfd, nfds, timeout) < 0) {
+			if (errno == EINTR)
+				continue;
+			ws_log("poll: %s", strerror(errno));
+			break;
+		}
+		for (int i = 3; i < nfds; i++) {
+			char c;
+
+			if (!pfd[i].revents)
+				continue;
+			/* a byte: pre-buffer in; EOF or error: the replayer is gone. Allow either way. */
+			release(&w, &w.holds[hold_of[i]], read(pfd[i].fd, &c, 1) == 1 ? "ready" : "replayer-exited");
+		}
+		if (pfd[0].revents)
+			handle_fanotify(&w);
+		if (pfd[1].revents)
+			handle_inotify(&w);
+		if (pfd[2].revents) {
+			struct signalfd_siginfo si;
+
+			while (read(w.sig, &si, sizeof(si)) == sizeof(si)) {
+				if (si.ssi_signo == SIGCHLD) {
+					while (waitpid(-1, NULL, WNOHANG) > 0)
+						;
+				} else if (si.ssi_signo == SIGHUP) {
+					load_index(&w);
+				} else if (si.ssi_signo == SIGUSR1) {
+					write_stats(&w);
+				} else {
+					running = 0;
+				}
+			}
+		}
+	}
+	for (int i = 0; i < MAX_HOLDS; i++)
+		if (w.holds[i].event_fd >= 0)
+			release(&w, &w.holds[i], "shutdown");
+	write_stats(&w);
+	fanotify_mark(w.fan, FAN_MARK_FLUSH | FAN_MARK_MOUNT, 0, AT_FDCWD, NULL);
+	close(w.fan); /* the kernel allows anything still queued */
+	ws_log("worker %d stopped", (int)getpid());
+	return 0;
+}
