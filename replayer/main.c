@@ -1,0 +1,221 @@
+/* warmstart-replay: prefetch an application's launch schedule into the page cache.
+ * Parses options, loads the schedule, drops privileges, runs the replay, writes stats.
+ * See docs/replayer.md for the protocol (notify fd, stats JSON, exit codes). */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "replay.h"
+#include "stats.h"
+#include "wsr_format.h"
+
+#define EXIT_USAGE 2
+#define EXIT_REFUSED 3
+
+#define IOPRIO_CLASS_SHIFT 13
+#define IOPRIO_WHO_PROCESS 1
+
+static const char usage[] =
+"usage: warmstart-replay [options] SCHEDULE.wsr\n"
+"  --mode segmented|reorder|interleave   default segmented\n"
+"  --engine readahead|fadvise|pread|uring  default readahead\n"
+"  --depth N            pread threads / io_uring entries (default 4 / 16)\n"
+"  --notify-fd FD       write \"ready\\n\" and close FD when the app may start\n"
+"                       (EOF without \"ready\" also means: start it, unprefetched)\n"
+"  --stats-fd FD | --stats FILE   write the JSON report there at exit\n"
+"  --pid PID            the app: pace the fetch against its progress, stop when it exits\n"
+"  --pid-fd FD         read the app's pid from FD (\"PID\\n\") once it is started\n"
+"  --horizon-mb N       pacing: fetch at most N MiB ahead of the app (default 64, 0 = off)\n"
+"  --reserve-mb N       leave N MiB of MemAvailable untouched (default 128)\n"
+"  --psi-limit PCT      stop prefetching at PSI memory some avg10 >= PCT (default 10, 0 = off)\n"
+"  --ioprio idle|be|none   I/O class of the fetch (default idle: demand reads go first)\n"
+"  --uid UID --gid GID  drop to this user before opening any scheduled file\n"
+"  --no-wait            release without checking that the pre-buffer is resident\n"
+"exit: 0 done, 1 error, 2 usage, 3 schedule refused (corrupt/foreign; the app runs normally)\n";
+
+static int set_ioprio(const char *cls)
+{
+	int c;
+	if (!strcmp(cls, "none"))
+		return 0;
+	if (!strcmp(cls, "idle"))
+		c = 3;
+	else if (!strcmp(cls, "be"))
+		c = 2;
+	else
+		return -EINVAL;
+	int value = (c << IOPRIO_CLASS_SHIFT) | (c == 2 ? 7 : 0);
+	return syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) < 0 ? -errno : 0;
+}
+
+static int drop_privileges(long uid, long gid)
+{
+	/* Groups first, then gid, then uid: after setuid we could not change the others. */
+	if (gid >= 0 && (setgroups(0, NULL) < 0 || setgid((gid_t)gid) < 0))
+		return -errno;
+	if (uid >= 0 && setuid((uid_t)uid) < 0)
+		return -errno;
+	return 0;
+}
+
+static long num(const char *s, long min, long max)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || *end || end == s || v < min || v > max) {
+		fprintf(stderr, "warmstart-replay: bad number '%s'\n%s", s, usage);
+		exit(EXIT_USAGE);
+	}
+	return v;
+}
+
+static void close_notify(int fd)
+{
+	if (fd >= 0)
+		close(fd);   /* EOF tells the waiter to start the app without us */
+}
+
+int main(int argc, char **argv)
+{
+	struct replay_stats st = { .start_mono_ns = mono_ns() };
+	struct replay_opts o = { .mode = MODE_SEGMENTED, .notify_fd = -1, .pid_fd = -1, .horizon_bytes = 64ull << 20,
+				 .reserve_bytes = 128ull << 20, .psi_limit = 10.0, .wait_resident = true };
+	struct run_info ri = { .status = "ok", .mode = "segmented", .engine = "readahead", .ioprio = "idle" };
+	struct wsr_schedule s = { 0 };
+	struct engine e = { 0 };
+	const char *stats_path = NULL;
+	int stats_fd = -1, rc, ex = 0;
+	long uid = -1, gid = -1;
+	static const struct option opts[] = {
+		{ "mode", required_argument, 0, 'm' }, { "engine", required_argument, 0, 'e' },
+		{ "depth", required_argument, 0, 'd' }, { "notify-fd", required_argument, 0, 'n' },
+		{ "stats-fd", required_argument, 0, 'S' }, { "stats", required_argument, 0, 's' },
+		{ "pid", required_argument, 0, 'p' }, { "horizon-mb", required_argument, 0, 'H' },
+		{ "reserve-mb", required_argument, 0, 'r' }, { "psi-limit", required_argument, 0, 'P' },
+		{ "ioprio", required_argument, 0, 'i' }, { "uid", required_argument, 0, 'u' },
+		{ "gid", required_argument, 0, 'g' }, { "no-wait", no_argument, 0, 'W' },
+		{ "pid-fd", required_argument, 0, 'F' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
+
+	for (int ch; (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+		switch (ch) {
+		case 'm':
+			ri.mode = optarg;
+			if (!strcmp(optarg, "segmented"))
+				o.mode = MODE_SEGMENTED;
+			else if (!strcmp(optarg, "reorder"))
+				o.mode = MODE_REORDER;
+			else if (!strcmp(optarg, "interleave"))
+				o.mode = MODE_INTERLEAVE;
+			else {
+				fprintf(stderr, "warmstart-replay: unknown mode '%s'\n%s", optarg, usage);
+				return EXIT_USAGE;
+			}
+			break;
+		case 'e': ri.engine = optarg; break;
+		case 'd': ri.depth = (unsigned)num(optarg, 1, 256); break;
+		case 'n': o.notify_fd = (int)num(optarg, 0, 1 << 20); break;
+		case 'S': stats_fd = (int)num(optarg, 0, 1 << 20); break;
+		case 's': stats_path = optarg; break;
+		case 'F': o.pid_fd = (int)num(optarg, 0, 1 << 20); break;
+		case 'p': o.app_pid = (pid_t)num(optarg, 1, 1 << 30); break;
+		case 'H': o.horizon_bytes = (uint64_t)num(optarg, 0, 1 << 20) << 20; break;
+		case 'r': o.reserve_bytes = (uint64_t)num(optarg, 0, 1l << 30) << 20; break;
+		case 'P': o.psi_limit = (double)num(optarg, 0, 100); break;
+		case 'i': ri.ioprio = optarg; break;
+		case 'u': uid = num(optarg, 0, 1l << 31); break;
+		case 'g': gid = num(optarg, 0, 1l << 31); break;
+		case 'W': o.wait_resident = false; break;
+		case 'h': fputs(usage, stdout); return 0;
+		default: fputs(usage, stderr); return EXIT_USAGE;
+		}
+	}
+	if (optind != argc - 1) {
+		fputs(usage, stderr);
+		close_notify(o.notify_fd);
+		return EXIT_USAGE;
+	}
+	/* A bad option fails fast, before anything runs. */
+	if (strcmp(ri.engine, "readahead") && strcmp(ri.engine, "fadvise") &&
+	    strcmp(ri.engine, "pread") && strcmp(ri.engine, "uring")) {
+		fprintf(stderr, "warmstart-replay: unknown engine '%s'\n%s", ri.engine, usage);
+		close_notify(o.notify_fd);
+		return EXIT_USAGE;
+	}
+	if (stats_path) {
+		stats_fd = open(stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (stats_fd < 0)
+			fprintf(stderr, "warmstart-replay: cannot write stats to %s: %s\n", stats_path, strerror(errno));
+	}
+	FILE *sf = stats_fd >= 0 ? fdopen(stats_fd, "w") : NULL;
+
+	const char *why = NULL;
+	rc = wsr_load(argv[optind], &s, &why);
+	if (rc) {
+		static char msg[512];
+		snprintf(msg, sizeof(msg), "schedule %s refused: %s; the app starts without prefetch "
+			 "(re-run `warmstart analyze` to rebuild it)", argv[optind], why ? why : strerror(-rc));
+		fprintf(stderr, "warmstart-replay: %s\n", msg);
+		close_notify(o.notify_fd);
+		ri.status = "refused";
+		ri.error = msg;
+		ex = EXIT_REFUSED;
+		goto report;
+	}
+	ri.schedule_id = s.schedule_id;
+	rc = drop_privileges(uid, gid);
+	if (!rc && (rc = set_ioprio(ri.ioprio)) == -EINVAL) {
+		fprintf(stderr, "warmstart-replay: unknown ioprio '%s'\n%s", ri.ioprio, usage);
+		close_notify(o.notify_fd);
+		ex = EXIT_USAGE;
+		goto done;
+	}
+	if (rc) {
+		static char msg[256];
+		snprintf(msg, sizeof(msg), "cannot drop privileges / set I/O priority: %s "
+			 "(--uid/--gid need root)", strerror(-rc));
+		fprintf(stderr, "warmstart-replay: %s\n", msg);
+		close_notify(o.notify_fd);
+		ri.status = "error";
+		ri.error = msg;
+		ex = 1;
+		goto report;
+	}
+	rc = engine_init(&e, ri.engine, ri.depth);
+	if (rc) {
+		static char msg[256];
+		snprintf(msg, sizeof(msg), "cannot set up engine %s: %s; try --engine readahead",
+			 ri.engine, strerror(-rc));
+		fprintf(stderr, "warmstart-replay: %s\n", msg);
+		close_notify(o.notify_fd);
+		ri.status = "error";
+		ri.error = msg;
+		ex = 1;
+		goto report;
+	}
+	ri.depth = e.depth;
+	rc = replay_run(&s, &e, &o, &st);
+	if (rc) {
+		ri.status = "error";
+		ri.error = strerror(-rc);
+		ex = 1;
+	}
+	e.fini(&e);
+report:
+	if (sf)
+		stats_write(sf, &ri, &st, e.name ? &e : NULL);
+done:
+	if (sf)
+		fclose(sf);
+	free(st.segs);
+	wsr_free(&s);
+	return ex;
+}

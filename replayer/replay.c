@@ -1,0 +1,452 @@
+#include "replay.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pressure.h"
+#include "residency.h"
+
+#define FD_UNOPENED (-2)
+#define FD_SKIPPED (-1)
+#define PACE_POLL_NS 2000000ull
+#define PRESSURE_EVERY (16ull << 20)
+
+uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* ---- plan ---- */
+
+static const struct wsr_schedule *sort_s;
+
+static int cmp_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? -1 : a > b;   /* never a - b: 64-bit values */
+}
+
+static int by_lba(const void *pa, const void *pb)
+{
+	const struct wsr_range *a = &sort_s->ranges[*(const uint32_t *)pa];
+	const struct wsr_range *b = &sort_s->ranges[*(const uint32_t *)pb];
+	int c = cmp_u64(sort_s->files[a->file_no].kind == WSR_KIND_BLOCKDEV ? sort_s->files[a->file_no].dev : 0,
+			sort_s->files[b->file_no].kind == WSR_KIND_BLOCKDEV ? sort_s->files[b->file_no].dev : 0);
+	if (!c)
+		c = cmp_u64(a->sector, b->sector);
+	return c ? c : cmp_u64(*(const uint32_t *)pa, *(const uint32_t *)pb);
+}
+
+static int by_orig(const void *pa, const void *pb)
+{
+	const struct wsr_range *a = &sort_s->ranges[*(const uint32_t *)pa];
+	const struct wsr_range *b = &sort_s->ranges[*(const uint32_t *)pb];
+	int c = cmp_u64(a->orig_pos, b->orig_pos);
+	return c ? c : cmp_u64(*(const uint32_t *)pa, *(const uint32_t *)pb);
+}
+
+uint32_t replay_plan(const struct wsr_schedule *s, enum replay_mode mode, uint32_t *order)
+{
+	for (uint32_t i = 0; i < s->nranges; i++)
+		order[i] = i;
+	sort_s = s;
+	switch (mode) {
+	case MODE_SEGMENTED:   /* as exported: segment by segment, each LBA-sorted */
+		return s->nsegments ? s->segments[0].nranges : 0;
+	case MODE_REORDER:     /* everything LBA-sorted, then release */
+		qsort(order, s->nranges, sizeof(*order), by_lba);
+		return s->nranges;
+	case MODE_INTERLEAVE:  /* original first-access order, release at once */
+		qsort(order, s->nranges, sizeof(*order), by_orig);
+		return 0;
+	}
+	return 0;
+}
+
+/* ---- files ---- */
+
+struct ctx {
+	const struct wsr_schedule *s;
+	struct engine *e;
+	const struct replay_opts *o;
+	struct replay_stats *st;
+	int *fds;
+	bool *ever_opened;
+	int stat_fd;          /* /proc/PID/stat of the app, for pacing */
+	int pid_fd;
+	uint64_t cum_cpu_total;
+	uint64_t budget;      /* bytes still allowed by the memory-pressure policy */
+};
+
+static void close_all(struct ctx *c)
+{
+	c->e->drain(c->e);
+	for (uint32_t i = 0; i < c->s->nfiles; i++) {
+		if (c->fds[i] >= 0) {
+			close(c->fds[i]);
+			c->fds[i] = FD_UNOPENED;
+		}
+	}
+}
+
+static int open_checked(struct ctx *c, uint32_t no)
+{
+	const struct wsr_file *f = &c->s->files[no];
+	char path[4096];
+	struct stat st;
+	int fd, flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  /* NONBLOCK: a FIFO put there must not hang us */
+
+	memcpy(path, f->path, f->path_len);
+	path[f->path_len] = 0;
+	if (f->kind == WSR_KIND_FILE)
+		flags |= O_NOATIME;
+	for (;;) {
+		fd = open(path, flags);
+		if (fd >= 0)
+			break;
+		if (errno == EPERM && (flags & O_NOATIME)) {  /* not the owner: O_NOATIME not allowed */
+			flags &= ~O_NOATIME;
+			c->st->noatime_fallbacks++;
+			continue;
+		}
+		if (errno == EMFILE || errno == ENFILE) {
+			close_all(c);
+			fd = open(path, flags);
+			if (fd >= 0)
+				break;
+		}
+		if (errno == ENOENT || errno == ENOTDIR)
+			c->st->files_missing++;
+		else if (errno == EACCES || errno == EPERM)
+			c->st->files_denied++;
+		else
+			c->st->files_other++;
+		return FD_SKIPPED;
+	}
+	bool same = fstat(fd, &st) == 0;
+	if (same && f->kind == WSR_KIND_BLOCKDEV) {
+		same = S_ISBLK(st.st_mode) && st.st_rdev == f->dev;
+	} else if (same) {
+		int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+		same = S_ISREG(st.st_mode) && st.st_dev == f->dev && st.st_ino == f->ino &&
+		       (uint64_t)st.st_size == f->size && mtime == f->mtime_ns;
+	}
+	if (!same) {
+		c->st->files_changed++;
+		close(fd);
+		return FD_SKIPPED;
+	}
+	fcntl(fd, F_SETFL, 0);   /* back to blocking for the reads */
+	/* The schedule says exactly what to read: no kernel readahead around our reads. */
+	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+	if (!c->ever_opened[no]) {
+		c->ever_opened[no] = true;
+		c->st->files_opened++;
+	}
+	return fd;
+}
+
+static int file_fd(struct ctx *c, uint32_t no)
+{
+	if (c->fds[no] == FD_UNOPENED)
+		c->fds[no] = open_checked(c, no);
+	return c->fds[no];
+}
+
+/* ---- pacing: the app's position in the schedule, from its CPU time ---- */
+
+static int64_t app_cpu_ns(struct ctx *c, bool *exited)
+{
+	char buf[1024];
+	ssize_t n = pread(c->stat_fd, buf, sizeof(buf) - 1, 0);
+	*exited = n <= 0;
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');   /* comm may contain spaces and parentheses */
+	char state;
+	unsigned long long ut, stt;
+	long long cut, cst;
+	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %lld %lld",
+			 &state, &ut, &stt, &cut, &cst) != 5)
+		return -1;
+	*exited = state == 'Z' || state == 'X';
+	long hz = sysconf(_SC_CLK_TCK);
+	return (int64_t)((ut + stt + cut + cst) * (1000000000ull / hz));
+}
+
+/* Bytes of the schedule the app has reached: segments are walked by the app's CPU time
+ * (segments[k].cpu_ns), interpolating inside the current one. */
+static uint64_t app_position(struct ctx *c, int64_t cpu)
+{
+	const struct wsr_schedule *s = c->s;
+	uint64_t pos = 0, cum = 0;
+	if (cpu < 0)
+		return 0;
+	for (uint32_t k = 0; k < s->nsegments; k++) {
+		const struct wsr_segment *g = &s->segments[k];
+		if (k == 0) {            /* fetched before the app ran */
+			pos += g->bytes;
+			continue;
+		}
+		if ((uint64_t)cpu < cum + g->cpu_ns) {
+			/* Whole current segment counts as needed-now: prefetch must cover it. */
+			return pos + g->bytes;
+		}
+		cum += g->cpu_ns;
+		pos += g->bytes;
+	}
+	return pos;
+}
+
+/* Wait while the fetch is more than the horizon ahead of the app. Returns false when the app
+ * has exited (the launch is over; stop fetching). */
+static void open_app_stat(struct ctx *c, pid_t pid)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+	c->stat_fd = open(p, O_RDONLY | O_CLOEXEC);
+}
+
+/* The runner learns the app's pid only after it forks it; it arrives on pid_fd as "PID\n". */
+static void poll_pid_fd(struct ctx *c)
+{
+	char buf[32];
+	ssize_t n = read(c->pid_fd, buf, sizeof(buf) - 1);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n > 0) {
+		buf[n] = 0;
+		long pid = strtol(buf, NULL, 10);
+		if (pid > 0)
+			open_app_stat(c, (pid_t)pid);
+	}
+	close(c->pid_fd);
+	c->pid_fd = -1;
+}
+
+static bool pace(struct ctx *c, uint64_t fetched)
+{
+	if (c->stat_fd < 0 && c->pid_fd >= 0)
+		poll_pid_fd(c);
+	if (c->stat_fd < 0 || !c->o->horizon_bytes)
+		return true;
+	uint64_t t0 = 0;
+	for (;;) {
+		bool exited;
+		int64_t cpu = app_cpu_ns(c, &exited);
+		if (exited) {
+			c->st->app_exited = true;
+			return false;
+		}
+		if (fetched <= app_position(c, cpu) + c->o->horizon_bytes)
+			break;
+		if (!t0) {
+			t0 = mono_ns();
+			c->st->pacing_waits++;
+		}
+		struct timespec ts = { 0, PACE_POLL_NS };
+		nanosleep(&ts, NULL);
+	}
+	if (t0)
+		c->st->pacing_wait_ns += mono_ns() - t0;
+	return true;
+}
+
+/* ---- memory pressure ---- */
+
+static void check_pressure(struct ctx *c, uint32_t at, uint64_t remaining)
+{
+	struct pressure p;
+	const char *action = "ok";
+	if (pressure_sample(&p) || c->st->ndecisions >= MAX_DECISIONS)
+		return;
+	int64_t avail = p.mem_available_kb * 1024ll;
+	int64_t spare = avail - (int64_t)c->o->reserve_bytes;
+	if (spare <= 0 || (c->o->psi_limit > 0 && p.psi_some_avg10 >= c->o->psi_limit)) {
+		c->budget = 0;
+		action = "skip";
+	} else if ((uint64_t)spare < remaining) {
+		c->budget = (uint64_t)spare;
+		action = "shrink";
+	} else {
+		c->budget = UINT64_MAX;
+	}
+	/* Record every decision that changes something, and the first one. */
+	if (strcmp(action, "ok") || !c->st->ndecisions) {
+		struct decision *d = &c->st->decisions[c->st->ndecisions++];
+		*d = (struct decision){ mono_ns() - c->st->start_mono_ns, at, p.mem_available_kb,
+					p.psi_some_avg10, action, c->budget == UINT64_MAX ? remaining : c->budget };
+	}
+}
+
+/* ---- the loop ---- */
+
+static void release(struct ctx *c, const uint32_t *order, uint32_t n)
+{
+	struct replay_stats *st = c->st;
+	if (st->released)
+		return;
+	c->e->drain(c->e);
+	if (c->o->wait_resident && c->e->async_completion) {
+		for (uint32_t i = 0; i < n; i++) {
+			const struct wsr_range *r = &c->s->ranges[order[i]];
+			int fd = c->fds[r->file_no];
+			uint64_t late = 0;
+			if (fd >= 0 && !residency_wait(fd, r->offset, r->length, &late))
+				st->prebuffer_late_bytes += late;
+		}
+	}
+	st->release_mono_ns = mono_ns();
+	st->released = true;
+	if (c->o->notify_fd >= 0) {
+		ssize_t w = write(c->o->notify_fd, "ready\n", 6);
+		(void)w;   /* the runner may be gone; nothing to do about it */
+		close(c->o->notify_fd);
+	}
+}
+
+int replay_run(const struct wsr_schedule *s, struct engine *e, const struct replay_opts *o,
+	       struct replay_stats *st)
+{
+	struct ctx c = { .s = s, .e = e, .o = o, .st = st, .stat_fd = -1, .pid_fd = o->pid_fd, .budget = UINT64_MAX };
+	uint32_t *order = malloc((s->nranges ? s->nranges : 1) * sizeof(*order));
+	int rc = 0;
+
+	signal(SIGPIPE, SIG_IGN);
+	st->ranges_total = s->nranges;
+	st->files_total = s->nfiles;
+	c.fds = malloc((s->nfiles ? s->nfiles : 1) * sizeof(int));
+	c.ever_opened = calloc(s->nfiles ? s->nfiles : 1, 1);
+	st->nsegs = o->mode == MODE_SEGMENTED ? s->nsegments : 1;
+	st->segs = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->segs));
+	if (!order || !c.fds || !c.ever_opened || !st->segs) {
+		rc = -ENOMEM;
+		release(&c, order, 0);
+		goto out;
+	}
+	for (uint32_t i = 0; i < s->nfiles; i++)
+		c.fds[i] = FD_UNOPENED;
+	/* Many files stay open at once; use the hard limit (falls back to closing on EMFILE). */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (o->app_pid > 0)
+		open_app_stat(&c, o->app_pid);
+	if (c.pid_fd >= 0)
+		fcntl(c.pid_fd, F_SETFL, O_NONBLOCK);
+
+	uint32_t release_at = replay_plan(s, o->mode, order);
+	for (uint32_t i = 0; i < s->nranges; i++) {
+		st->bytes_scheduled += s->ranges[i].length;
+		if (i < release_at)
+			st->prebuffer_bytes += s->ranges[order[i]].length;
+	}
+	for (uint32_t k = 0; k < st->nsegs; k++) {
+		st->segs[k].idx = o->mode == MODE_SEGMENTED ? s->segments[k].idx : 1;
+		st->segs[k].ranges = o->mode == MODE_SEGMENTED ? s->segments[k].nranges : s->nranges;
+		st->segs[k].bytes = o->mode == MODE_SEGMENTED ? s->segments[k].bytes : st->bytes_scheduled;
+	}
+
+	if (release_at == 0)
+		release(&c, order, 0);   /* interleave (or an empty pre-buffer): the app runs alongside */
+	check_pressure(&c, 0, st->bytes_scheduled);
+
+	uint64_t fetched_plan = 0, since_check = 0;
+	int cur_seg = -1;
+	bool stop = false;
+	for (uint32_t i = 0; i < s->nranges; i++) {
+		if (i == release_at && i > 0)
+			release(&c, order, release_at);
+		const struct wsr_range *r = &s->ranges[order[i]];
+		uint32_t k = o->mode == MODE_SEGMENTED ? r->segment : 0;
+		struct seg_stat *sg = &st->segs[k];
+		if ((int)k != cur_seg) {
+			if (cur_seg >= 0)
+				st->segs[cur_seg].t_end_ns = mono_ns() - st->start_mono_ns;
+			sg->t_start_ns = mono_ns() - st->start_mono_ns;
+			if (k > 0 && i > 0) {  /* each later segment: look at memory again */
+				check_pressure(&c, i, st->bytes_scheduled - fetched_plan);
+				since_check = 0;
+			}
+			cur_seg = (int)k;
+		}
+		if (since_check >= PRESSURE_EVERY) {
+			check_pressure(&c, i, st->bytes_scheduled - fetched_plan);
+			since_check = 0;
+		}
+		fetched_plan += r->length;
+		since_check += r->length;
+		if (s->files[r->file_no].kind == WSR_KIND_BLOCKDEV)
+			st->device_ranges++;
+		if (stop) {
+			st->ranges_skipped_app_exit++;
+			continue;
+		}
+		if (st->released && !pace(&c, fetched_plan - r->length)) {
+			stop = true;
+			st->ranges_skipped_app_exit++;
+			continue;
+		}
+		/* Memory pressure: past the budget, pages we read would evict more useful ones. */
+		if (c.budget < r->length) {
+			st->ranges_skipped_pressure++;
+			st->bytes_skipped_pressure += r->length;
+			c.budget = 0;
+			continue;
+		}
+		int fd = file_fd(&c, r->file_no);
+		if (fd < 0) {
+			st->ranges_skipped_file++;
+			continue;
+		}
+		uint64_t cached = 0;
+		if (!residency(fd, r->offset, r->length, &cached) && cached >= r->length) {
+			st->ranges_resident++;   /* already in memory (the app got there first, or warm) */
+			st->bytes_resident += r->length;
+			continue;
+		}
+		if (!st->first_io_done) {
+			st->first_io_mono_ns = mono_ns();
+			st->first_io_done = true;
+		}
+		if (e->submit(e, fd, r->offset, r->length) == 0) {
+			st->ranges_fetched++;
+			st->bytes_fetched += r->length;
+			sg->ranges_fetched++;
+			sg->bytes_fetched += r->length;
+			if (c.budget != UINT64_MAX)
+				c.budget -= r->length;
+		}
+	}
+	if (cur_seg >= 0)
+		st->segs[cur_seg].t_end_ns = mono_ns() - st->start_mono_ns;
+	release(&c, order, release_at);   /* no-op unless everything was before the release point */
+	e->drain(e);
+out:
+	if (c.fds) {
+		for (uint32_t i = 0; i < s->nfiles; i++)
+			if (c.fds[i] >= 0)
+				close(c.fds[i]);
+	}
+	if (c.stat_fd >= 0)
+		close(c.stat_fd);
+	if (c.pid_fd >= 0)
+		close(c.pid_fd);
+	free(c.fds);
+	free(c.ever_opened);
+	free(order);
+	st->end_mono_ns = mono_ns();
+	return rc;
+}

@@ -1,0 +1,120 @@
+#include "residency.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+
+/* The uapi structs (linux/mman.h of 6.5+); spelled out because older headers lack them. */
+struct ws_cachestat_range { uint64_t off, len; };
+struct ws_cachestat { uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted; };
+
+static int have_cachestat = -1;   /* -1 unknown, 0 no (ENOSYS), 1 yes */
+static const char *last_method = "none";
+
+static int by_cachestat(int fd, uint64_t off, uint64_t len, uint64_t *pages)
+{
+	struct ws_cachestat_range r = { off, len };
+	struct ws_cachestat cs;
+	if (syscall(__NR_cachestat, fd, &r, &cs, 0) < 0)
+		return -errno;
+	*pages = cs.nr_cache;
+	return 0;
+}
+
+static int by_mincore(int fd, uint64_t off, uint64_t len, uint64_t *pages)
+{
+	long psz = sysconf(_SC_PAGESIZE);
+	uint64_t start = off & ~(uint64_t)(psz - 1);
+	size_t maplen = (size_t)(off + len - start);
+	size_t npages = (maplen + psz - 1) / psz;
+	unsigned char vec[256];
+	uint64_t count = 0;
+
+	/* In pieces so the vector stays on the stack and a huge range maps nothing big. */
+	for (size_t done = 0; done < npages;) {
+		size_t n = npages - done < sizeof(vec) ? npages - done : sizeof(vec);
+		void *m = mmap(NULL, n * psz, PROT_READ, MAP_SHARED, fd, (off_t)(start + done * psz));
+		if (m == MAP_FAILED)
+			return -errno;
+		int rc = mincore(m, n * psz, vec) < 0 ? -errno : 0;
+		munmap(m, n * psz);
+		if (rc)
+			return rc;
+		for (size_t i = 0; i < n; i++)
+			count += vec[i] & 1;
+		done += n;
+	}
+	*pages = count;
+	return 0;
+}
+
+int residency(int fd, uint64_t off, uint64_t len, uint64_t *cached_bytes)
+{
+	long psz = sysconf(_SC_PAGESIZE);
+	uint64_t first = off / psz, last = (off + len + psz - 1) / psz;
+	uint64_t pages = 0;
+	int rc = -ENOSYS;
+
+	if (!len) {
+		*cached_bytes = 0;
+		return 0;
+	}
+	if (have_cachestat != 0) {
+		rc = by_cachestat(fd, first * psz, (last - first) * psz, &pages);
+		if (rc == -ENOSYS) {
+			have_cachestat = 0;
+		} else {
+			have_cachestat = 1;
+			if (!rc)
+				last_method = "cachestat";
+		}
+	}
+	if (rc == -ENOSYS) {
+		rc = by_mincore(fd, off, len, &pages);
+		if (!rc)
+			last_method = "mincore";
+	}
+	if (rc)
+		return rc;
+	uint64_t bytes = pages * psz;
+	*cached_bytes = bytes > len ? len : bytes;
+	return 0;
+}
+
+const char *residency_method(void)
+{
+	return last_method;
+}
+
+int residency_wait(int fd, uint64_t off, uint64_t len, uint64_t *late_bytes)
+{
+	static char buf[64 << 10];
+	uint64_t cached = 0;
+
+	*late_bytes = 0;
+	if (!residency(fd, off, len, &cached) && cached >= len)
+		return 0;
+	*late_bytes = len - cached;
+	/* A buffered read blocks on pages whose read is in flight and reads any the async
+	 * engine did not (a readahead the kernel trimmed); afterwards the range is resident. */
+	while (len) {
+		size_t n = len < sizeof(buf) ? len : sizeof(buf);
+		ssize_t got = pread(fd, buf, n, (off_t)off);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return -errno;
+		if (got == 0)
+			break;  /* EOF: the file is shorter than the range */
+		off += got;
+		len -= got;
+	}
+	return 0;
+}

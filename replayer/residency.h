@@ -1,0 +1,20 @@
+/* How much of a file range is in the page cache: cachestat(2) where the kernel has it,
+ * mincore(2) on a temporary mapping otherwise. */
+#ifndef RESIDENCY_H
+#define RESIDENCY_H
+
+#include <stdint.h>
+
+/* Sets *cached_bytes (page-granular, clipped to len). Returns 0, or -errno
+ * (-EPERM: the kernel will not tell this caller; residency is unknown). */
+int residency(int fd, uint64_t off, uint64_t len, uint64_t *cached_bytes);
+
+/* Which method the last successful call used: "cachestat" or "mincore". */
+const char *residency_method(void);
+
+/* Make [off, off+len) resident, waiting for reads already in flight: returns at once when
+ * residency() says it is all cached, else reads it through a small buffer. *late_bytes gets
+ * the bytes that were not yet resident. Returns 0 or -errno. */
+int residency_wait(int fd, uint64_t off, uint64_t len, uint64_t *late_bytes);
+
+#endif

@@ -1,0 +1,92 @@
+#include "stats.h"
+
+#include <sys/resource.h>
+
+#include "residency.h"
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s && *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20 || ch >= 0x7f)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+static unsigned long long since(const struct replay_stats *st, unsigned long long t)
+{
+	return t ? t - st->start_mono_ns : 0;
+}
+
+void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *st,
+		 const struct engine *e)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);   /* includes the worker threads */
+
+	fprintf(f, "{\"version\": 1, \"status\": ");
+	json_str(f, ri->status);
+	fprintf(f, ", \"error\": ");
+	if (ri->error)
+		json_str(f, ri->error);
+	else
+		fputs("null", f);
+	fprintf(f, ", \"mode\": \"%s\", \"engine\": \"%s\", \"ioprio\": \"%s\", \"depth\": %u, "
+		"\"schedule_id\": %llu, \"residency_method\": \"%s\",\n",
+		ri->mode, ri->engine, ri->ioprio, ri->depth, ri->schedule_id, residency_method());
+	fprintf(f, " \"ranges_total\": %u, \"ranges_fetched\": %u, \"ranges_resident\": %u, "
+		"\"ranges_skipped_file\": %u, \"ranges_skipped_pressure\": %u, "
+		"\"ranges_skipped_app_exit\": %u, \"device_ranges\": %u,\n",
+		st->ranges_total, st->ranges_fetched, st->ranges_resident, st->ranges_skipped_file,
+		st->ranges_skipped_pressure, st->ranges_skipped_app_exit, st->device_ranges);
+	fprintf(f, " \"bytes_scheduled\": %llu, \"bytes_fetched\": %llu, \"bytes_resident\": %llu, "
+		"\"bytes_skipped_pressure\": %llu, \"prebuffer_bytes\": %llu, \"prebuffer_late_bytes\": %llu,\n",
+		(unsigned long long)st->bytes_scheduled, (unsigned long long)st->bytes_fetched,
+		(unsigned long long)st->bytes_resident, (unsigned long long)st->bytes_skipped_pressure,
+		(unsigned long long)st->prebuffer_bytes, (unsigned long long)st->prebuffer_late_bytes);
+	fprintf(f, " \"files_total\": %u, \"files_opened\": %u, \"files_changed\": %u, "
+		"\"files_missing\": %u, \"files_denied\": %u, \"files_other_error\": %u, "
+		"\"noatime_fallbacks\": %u,\n",
+		st->files_total, st->files_opened, st->files_changed, st->files_missing,
+		st->files_denied, st->files_other, st->noatime_fallbacks);
+	fprintf(f, " \"start_mono_ns\": %llu, \"first_io_mono_ns\": %llu, \"t_first_io_ns\": %llu, "
+		"\"t_prebuffer_ns\": %llu, \"t_total_ns\": %llu,\n",
+		(unsigned long long)st->start_mono_ns, (unsigned long long)st->first_io_mono_ns,
+		since(st, st->first_io_mono_ns), since(st, st->release_mono_ns),
+		since(st, st->end_mono_ns));
+	fprintf(f, " \"cpu_user_ns\": %llu, \"cpu_sys_ns\": %llu, \"max_rss_kb\": %ld, "
+		"\"engine_calls\": %llu, \"io_errors\": %llu,\n",
+		(unsigned long long)ru.ru_utime.tv_sec * 1000000000ull + ru.ru_utime.tv_usec * 1000ull,
+		(unsigned long long)ru.ru_stime.tv_sec * 1000000000ull + ru.ru_stime.tv_usec * 1000ull,
+		ru.ru_maxrss, e ? (unsigned long long)e->calls : 0ull,
+		e ? (unsigned long long)e->io_errors : 0ull);
+	fprintf(f, " \"pacing\": {\"waits\": %llu, \"wait_ns\": %llu, \"app_exited\": %s},\n",
+		(unsigned long long)st->pacing_waits, (unsigned long long)st->pacing_wait_ns,
+		st->app_exited ? "true" : "false");
+	fprintf(f, " \"pressure\": [");
+	for (unsigned i = 0; i < st->ndecisions; i++) {
+		const struct decision *d = &st->decisions[i];
+		fprintf(f, "%s{\"t_ns\": %llu, \"at_range\": %u, \"mem_available_kb\": %lld, "
+			"\"psi_some_avg10\": %.2f, \"action\": \"%s\", \"budget_bytes\": %llu}",
+			i ? ", " : "", (unsigned long long)d->t_ns, d->at_range,
+			(long long)d->mem_available_kb, d->psi_some_avg10, d->action,
+			(unsigned long long)d->budget_bytes);
+	}
+	fprintf(f, "],\n \"segments\": [");
+	for (unsigned i = 0; i < st->nsegs && st->segs; i++) {
+		const struct seg_stat *g = &st->segs[i];
+		fprintf(f, "%s{\"idx\": %u, \"ranges\": %u, \"ranges_fetched\": %u, \"bytes\": %llu, "
+			"\"bytes_fetched\": %llu, \"t_start_ns\": %llu, \"t_end_ns\": %llu}",
+			i ? ",\n   " : "", g->idx, g->ranges, g->ranges_fetched,
+			(unsigned long long)g->bytes, (unsigned long long)g->bytes_fetched,
+			(unsigned long long)g->t_start_ns, (unsigned long long)g->t_end_ns);
+	}
+	fprintf(f, "]}\n");
+	fflush(f);
+}

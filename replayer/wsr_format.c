@@ -1,0 +1,209 @@
+/* Load and verify a schedule export: nothing is trusted until both checksums and every bound
+ * have been checked, so a corrupt file is refused before any I/O. */
+#include "wsr_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static uint32_t crc_table[256];
+
+static void crc_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+		crc_table[i] = c;
+	}
+}
+
+/* zlib-compatible CRC-32, so Python's zlib.crc32 writes the same value. */
+uint32_t wsr_crc32(uint32_t crc, const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+	if (!crc_table[1])
+		crc_init();
+	crc = ~crc;
+	while (len--)
+		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+	return ~crc;
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t le64(const unsigned char *p)
+{
+	return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+}
+
+#define FAIL(msg) do { *why = (msg); rc = -EINVAL; goto out; } while (0)
+
+int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **why)
+{
+	const unsigned char *b = image;
+	unsigned char hdr[WSR_HEADER_SIZE];
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	*why = NULL;
+	if (len < WSR_HEADER_SIZE)
+		FAIL("file shorter than the header");
+	if (memcmp(b, WSR_MAGIC, 8) != 0)
+		FAIL("bad magic (not a warmstart schedule export)");
+	if (le32(b + 8) != WSR_VERSION)
+		FAIL("unsupported version");
+	if (le32(b + 12) != WSR_HEADER_SIZE)
+		FAIL("bad header size");
+	memcpy(hdr, b, sizeof(hdr));
+	memset(hdr + 56, 0, 4);
+	if (wsr_crc32(0, hdr, sizeof(hdr)) != le32(b + 56))
+		FAIL("header checksum mismatch");
+
+	uint64_t sid = le64(b + 16);
+	uint32_t nfiles = le32(b + 24), nseg = le32(b + 28), nranges = le32(b + 32);
+	uint32_t strtab = le32(b + 36);
+	uint64_t payload = le64(b + 40);
+	uint32_t pcrc = le32(b + 48);
+	if (nfiles > WSR_MAX_FILES || nranges > WSR_MAX_RANGES || nseg > nranges + 1)
+		FAIL("counts out of bounds");
+	uint64_t want = (uint64_t)nfiles * WSR_FILE_SIZE + (uint64_t)nseg * WSR_SEGMENT_SIZE +
+			(uint64_t)nranges * WSR_RANGE_SIZE + strtab;
+	if (payload != want || len != WSR_HEADER_SIZE + payload)
+		FAIL("size does not match the header (truncated or padded)");
+	if (wsr_crc32(0, b + WSR_HEADER_SIZE, payload) != pcrc)
+		FAIL("payload checksum mismatch");
+
+	out->files = calloc(nfiles ? nfiles : 1, sizeof(*out->files));
+	out->segments = calloc(nseg ? nseg : 1, sizeof(*out->segments));
+	out->ranges = calloc(nranges ? nranges : 1, sizeof(*out->ranges));
+	if (!out->files || !out->segments || !out->ranges) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	const unsigned char *p = b + WSR_HEADER_SIZE;
+	const char *strings = (const char *)(b + WSR_HEADER_SIZE + payload - strtab);
+	for (uint32_t i = 0; i < nfiles; i++, p += WSR_FILE_SIZE) {
+		struct wsr_file *f = &out->files[i];
+		uint32_t off = le32(p + 32);
+		f->dev = le64(p);
+		f->ino = le64(p + 8);
+		f->size = le64(p + 16);
+		f->mtime_ns = (int64_t)le64(p + 24);
+		f->path_len = le32(p + 36);
+		f->kind = le32(p + 40);
+		if (f->kind > WSR_KIND_BLOCKDEV)
+			FAIL("file entry with an unknown kind");
+		if ((uint64_t)off + f->path_len > strtab || f->path_len == 0 || f->path_len >= 4096)
+			FAIL("file path outside the string table");
+		if (memchr(strings + off, 0, f->path_len))
+			FAIL("file path contains a NUL byte");
+		f->path = strings + off;
+	}
+	uint32_t next = 0;
+	for (uint32_t i = 0; i < nseg; i++, p += WSR_SEGMENT_SIZE) {
+		struct wsr_segment *s = &out->segments[i];
+		s->idx = le32(p);
+		s->first_range = le32(p + 4);
+		s->nranges = le32(p + 8);
+		s->bytes = le64(p + 16);
+		s->cpu_ns = le64(p + 24);
+		/* Segments must tile ranges[] in order: the replayer relies on it. */
+		if (s->first_range != next || (uint64_t)s->first_range + s->nranges > nranges)
+			FAIL("segments do not tile the ranges");
+		next += s->nranges;
+	}
+	if (next != nranges)
+		FAIL("segments do not cover every range");
+	for (uint32_t i = 0; i < nranges; i++, p += WSR_RANGE_SIZE) {
+		struct wsr_range *r = &out->ranges[i];
+		r->offset = le64(p);
+		r->length = le64(p + 8);
+		r->sector = le64(p + 16);
+		r->file_no = le32(p + 24);
+		r->orig_pos = le32(p + 28);
+		r->segment = le32(p + 32);
+		if (r->file_no >= nfiles)
+			FAIL("range names a file that does not exist");
+		if (r->segment >= nseg || i < out->segments[r->segment].first_range ||
+		    i >= out->segments[r->segment].first_range + out->segments[r->segment].nranges)
+			FAIL("range outside its segment");
+		if (r->length == 0 || r->offset + r->length < r->offset || r->offset > (1ull << 62))
+			FAIL("range with a bad offset or length");
+	}
+	out->schedule_id = sid;
+	out->nfiles = nfiles;
+	out->nsegments = nseg;
+	out->nranges = nranges;
+	out->image = image;
+	out->image_len = len;
+out:
+	if (rc) {
+		free(out->files);
+		free(out->segments);
+		free(out->ranges);
+		memset(out, 0, sizeof(*out));
+	}
+	return rc;
+}
+
+int wsr_load(const char *path, struct wsr_schedule *out, const char **why)
+{
+	struct stat st;
+	void *buf = NULL;
+	size_t got = 0;
+	int rc;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	*why = NULL;
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size > (64 << 20)) {
+		*why = "not a regular file of a plausible size";
+		rc = -EINVAL;
+		goto out;
+	}
+	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, (char *)buf + got, st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -EINVAL;
+			if (!n)
+				*why = "file shrank while reading";
+			goto out;
+		}
+		got += n;
+	}
+	rc = wsr_parse(buf, got, out, why);
+	if (!rc)
+		buf = NULL;  /* owned by *out now */
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+void wsr_free(struct wsr_schedule *s)
+{
+	free(s->files);
+	free(s->segments);
+	free(s->ranges);
+	free(s->image);
+	memset(s, 0, sizeof(*s));
+}

@@ -1,0 +1,59 @@
+"""`warmstart run`: launch a command with its recorded schedule prefetched."""
+
+
+import sys
+
+import click
+
+from ..cli import emit, json_option
+from ..launching import parse_until
+from ..replay.process import DEFAULT_ENGINE, ENGINES
+from ..replay.runner import run_launch
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("--mode", type=click.Choice(["segmented", "reorder", "interleave", "none"]),
+              default="segmented", show_default=True,
+              help="segmented: pre-buffer then segments alongside the app; reorder: fetch all "
+                   "LBA-sorted, then launch; interleave: original order alongside (FAST); none.")
+@click.option("--until", "until_spec", default="exit", show_default=True,
+              help="Launch end: exit, idle=SECONDS, stdout=REGEX or file=PATH.")
+@click.option("--name", default=None, help="The app's name (default: match CMD against recorded apps).")
+@click.option("--engine", type=click.Choice(ENGINES), default=DEFAULT_ENGINE, show_default=True,
+              help="How the replayer fetches (see docs/replayer.md for the measurements).")
+@click.option("--timeout", type=float, default=120.0, show_default=True, help="Give up after SECONDS.")
+@json_option
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_obj
+def run(obj, mode, until_spec, name, engine, timeout, as_json, cmd):
+    """Launch CMD with its schedule prefetched, measure and store the launch.
+
+    CMD's output and exit status are passed through unchanged; the summary goes to stderr
+    (with --json: CMD's output is captured into the JSON document on stdout instead).
+
+    \b
+    Examples:
+      warmstart run -- python3 -c 'import json, email, asyncio'
+      warmstart run --mode reorder --name pyimport -- python3 -c 'import json, email, asyncio'
+      warmstart run --until 'stdout=^ready' --json -- ./server --port 0
+    """
+    until = parse_until(until_spec)
+    out = run_launch(obj.db, list(cmd), mode, until, name=name, engine=engine, timeout=timeout,
+                     passthrough=not as_json, kill_at_end=False)
+    if as_json:
+        emit(out.to_json(), True)
+    else:
+        for note in out.notes:
+            click.echo(f"warmstart: {note}", err=True)
+        st = out.replay_stats or {}
+        fetched = st.get("bytes_fetched", 0) / 2**20
+        click.echo(f"warmstart: {out.app_name or '(unknown app)'} mode={mode} launch {out.launch_time_s:.3f} s "
+                   f"(pre-buffer {out.prebuffer_s:.3f} s, app {out.app_time_s:.3f} s, "
+                   f"fetched {fetched:.1f} MiB, end: {out.end_reason})", err=True)
+    status = out.exit_status
+    if status is None:
+        sys.exit(0)
+    sys.exit(128 + (-status) if status < 0 else status)
+
+
+
