@@ -178,6 +178,7 @@ CREATE TABLE schedule_ranges (
     file_no       INTEGER,
     file_offset   INTEGER,
     length        INTEGER NOT NULL,        -- bytes
+    orig_pos      INTEGER,                 -- p index (1-based) of the range's first access in P; interleave replays in this order
     PRIMARY KEY (schedule_id, segment_idx, ord),
     FOREIGN KEY (schedule_id, segment_idx) REFERENCES segments(schedule_id, idx) ON DELETE CASCADE
 );
