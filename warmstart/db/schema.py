@@ -201,6 +201,19 @@ CREATE TABLE launches (
     details_json  TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX launches_app ON launches(app_id, mode);
+
+-- Each `warmstart relocate` that moved data (dry runs are not recorded).
+CREATE TABLE relocations (
+    id            INTEGER PRIMARY KEY,
+    created_at    REAL NOT NULL,
+    apps_json     TEXT NOT NULL,           -- JSON list of the app names relocated together
+    dev           INTEGER NOT NULL,        -- st_dev of the file system
+    region_sector INTEGER,                 -- first sector of the region (on dev)
+    region_bytes  INTEGER NOT NULL,
+    moved_files   INTEGER NOT NULL,
+    moved_bytes   INTEGER NOT NULL,
+    report_json   TEXT NOT NULL DEFAULT '{}'  -- refusals, model before/after, re-analysis
+);
 """),
 ]
 
