@@ -1,0 +1,186 @@
+"""The aged system image: the files of python3, gcc and node (and filler), as years of installs.
+
+Files are written package by package (dpkg's file lists say who owns what), the packages in a
+shuffled order with a fixed seed, so a program's files end up spread over the disk the way
+they are on a real, long-lived system disk. Built on a plain loop device (no disk model, fast),
+then cached in /var/cache/warmstart/images keyed by the package set, seed and format version.
+"""
+
+import hashlib
+import json
+import os
+import random
+import stat
+import tempfile
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from ..errors import WarmstartError
+from . import image as images, packages, sysops
+
+FORMAT_VERSION = 1
+SEED = 20150601
+# What must run in the image: python3 (Debian's 3.11), `gcc -c` and node, with all they depend on.
+ROOTS = ["python3", "python3.11", "libpython3.11-stdlib", "gcc", "gcc-12", "cpp", "binutils",
+         "libc6-dev", "nodejs"]
+# Other installed packages' files mixed in, so the launch files are not packed together.
+FILLER_MB = 150
+CACHE_DIR = Path(os.environ.get("WARMSTART_IMAGE_CACHE", "/var/cache/warmstart/images"))
+# Directories a chroot needs that no package ships.
+BASE_DIRS = [b"/proc", b"/dev", b"/tmp", b"/etc", b"/root", b"/run", b"/var/tmp"]
+
+Progress = Optional[Callable[[str], None]]
+
+
+def plan(size_mb: int):
+    """(packages in write order, image size in MiB, cache key) for this machine."""
+    pkgs = packages.installed()
+    absent = packages.missing(ROOTS, pkgs)
+    if absent:
+        raise WarmstartError(f"the system image needs installed packages {', '.join(absent)}: "
+                             f"apt-get install {' '.join(absent)}")
+    needed = packages.closure(ROOTS, pkgs)
+    rng = random.Random(SEED)
+    others = sorted(set(pkgs) - set(needed))
+    rng.shuffle(others)
+    filler, kb = [], 0
+    for name in others:
+        if kb >= FILLER_MB * 1024:
+            break
+        if pkgs[name].installed_kb <= 20 * 1024:   # no giant packages: many small installs
+            filler.append(name)
+            kb += pkgs[name].installed_kb
+    order = sorted(needed + filler)
+    rng.shuffle(order)
+    data_kb = sum(pkgs[n].installed_kb for n in order)
+    # Room for ext4 metadata and small-file slack, plus free space as on a used system.
+    size = max(size_mb, int(data_kb / 1024 * 1.4) + 128)
+    key_src = json.dumps({"v": FORMAT_VERSION, "seed": SEED, "filler": FILLER_MB, "size": size,
+                          "pkgs": [(n, pkgs[n].version) for n in order]}, sort_keys=True)
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    return [pkgs[n] for n in order], size, key
+
+
+def cached_image(size_mb: int = 512, progress: Progress = None) -> Path:
+    """Path of the cached system image (building it first if needed). Its size is at least
+    size_mb, more if the files need it."""
+    order, size, key = plan(size_mb)
+    path = CACHE_DIR / f"system-{key}.img"
+    if path.exists():
+        return path
+    if progress:
+        progress(f"building the system image ({len(order)} packages, {size} MiB) into {path} ...")
+    build(order, size, path)
+    return path
+
+
+def build(order: List[packages.Package], size_mb: int, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=images.tmpfs_dir().parent
+                                 if images.tmpfs_dir().exists() else None))
+    img, mnt, loop = work / "system.img", work / "mnt", None
+    try:
+        images.make_empty(img, size_mb, label="warmstart-sys")
+        loop = sysops.loop_attach(img, direct_io=False)
+        mnt.mkdir()
+        sysops.run(["mount", "-t", "ext4", loop, str(mnt)], fix="check `dmesg | tail`")
+        root = os.fsencode(str(mnt))
+        _base_layout(root)
+        for pkg in order:
+            for path in packages.file_list(pkg):
+                _copy_entry(root, path)
+        sysops.unmount(root)
+        sysops.loop_detach(loop)
+        loop = None
+        tmp = dest.with_name(dest.name + ".part")
+        sysops.run(["cp", "--sparse=always", str(img), str(tmp)], fix=f"free space in {dest.parent}")
+        os.replace(tmp, dest)
+    finally:
+        sysops.unmount_all_under(mnt)
+        if loop:
+            sysops.loop_detach(loop)
+        images.remove(img)
+        images.remove(dest.with_name(dest.name + ".part"))
+        for d in (mnt, work):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def _base_layout(root: bytes) -> None:
+    """The merged-/usr symlinks (/bin -> usr/bin ...) as on this host, and empty system dirs."""
+    for top in (b"usr", b"usr/bin", b"usr/sbin", b"usr/lib", b"usr/lib64"):
+        os.makedirs(root + b"/" + top, exist_ok=True)
+    for name in (b"bin", b"sbin", b"lib", b"lib64", b"lib32", b"libx32"):
+        host = b"/" + name
+        if os.path.islink(host):
+            os.symlink(os.readlink(host), root + host)
+    for d in BASE_DIRS:
+        os.makedirs(root + d, exist_ok=True)
+    os.chmod(root + b"/tmp", 0o1777)
+
+
+def _resolve(root: bytes, path: bytes) -> Optional[bytes]:
+    """path's real location inside root, following symlinks as a chroot would (absolute targets
+    stay inside root), or None if a component is missing. The last component is not followed."""
+    parts = [p for p in path.split(b"/") if p]
+    if not parts:
+        return root
+    last, todo, cur, hops = parts[-1], parts[:-1], [], 0
+    while todo:
+        c = todo.pop(0)
+        if c == b".":
+            continue
+        if c == b"..":
+            cur = cur[:-1]
+            continue
+        real = root + b"/" + b"/".join(cur + [c])
+        try:
+            st = os.lstat(real)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if hops > 40:
+                return None
+            target = os.readlink(real)
+            if target.startswith(b"/"):
+                cur = []
+            todo = [p for p in target.split(b"/") if p] + todo
+        elif stat.S_ISDIR(st.st_mode):
+            cur.append(c)
+        else:
+            return None
+    return root + b"/" + b"/".join(cur + [last])
+
+
+def _copy_entry(root: bytes, path: bytes) -> None:
+    """Copy one dpkg-listed path from the host into the image; missing or odd entries are skipped
+    (conffiles removed by the admin, diverted files)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    dst = _resolve(root, path)
+    if dst is None or os.path.lexists(dst):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        os.mkdir(dst, stat.S_IMODE(st.st_mode))
+    elif stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(path), dst)
+    elif stat.S_ISREG(st.st_mode):
+        try:
+            src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                while os.sendfile(out, src, None, 1 << 24) > 0:
+                    pass
+                os.fchmod(out, stat.S_IMODE(st.st_mode))
+            finally:
+                os.close(out)
+        finally:
+            os.close(src)
