@@ -1,0 +1,237 @@
+"""The emulated disks: timing matches the model, stats count what reached the disk, the aged
+system image runs programs, and up/down survive repetition and crashes.
+
+Timing tolerances: the model's own numbers are exact; the wall-clock checks allow +-15% because
+FUSE round trips (~0.1-0.3 ms each on a loaded 2-core machine) and scheduling noise add to it.
+"""
+
+import json
+import mmap
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import have_fuse, have_loop, require
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY_IMPORTS = ("json, email.mime.multipart, asyncio, http.client, xml.etree.ElementTree, decimal, "
+                 "sqlite3, unittest, argparse, logging.handlers, concurrent.futures, urllib.request, "
+                 "ssl, csv, tarfile")
+
+
+def _blockstat_reads(dev):
+    return int(Path(f"/sys/block/{os.path.basename(dev)}/stat").read_text().split()[0])
+
+
+def _direct_fd(dev):
+    return os.open(dev, os.O_RDONLY | os.O_DIRECT)
+
+
+def test_loop_device_looks_like_an_hdd(emu_hdd):
+    q = Path(f"/sys/block/{os.path.basename(emu_hdd.loop_dev)}")
+    assert (q / "queue/rotational").read_text().strip() == "1"
+    assert "[mq-deadline]" in (q / "queue/scheduler").read_text()
+    assert (q / "loop/dio").read_text().strip() == "1", "loop must use direct I/O so requests reach the model"
+    assert os.stat(emu_hdd.mountpoint).st_dev == emu_hdd.dev
+
+
+def test_random_reads_take_seek_plus_half_rotation(emu_hdd):
+    info = emu_hdd.model_info()
+    # The image is the whole stroke here, so the mean seek is the documented full-stroke average.
+    assert info["model_stroke_bytes"] == info["image_bytes"]
+    assert abs(info["model_image_mean_seek_ns"] - 8.5e6) < 0.01e6
+    n = 1000
+    fd = _direct_fd(emu_hdd.loop_dev)
+    buf = mmap.mmap(-1, 4096)
+    blocks = os.lseek(fd, 0, os.SEEK_END) // 4096
+    rng = random.Random(7)
+    try:
+        emu_hdd.reset_stats()
+        t = time.monotonic()
+        for _ in range(n):
+            os.preadv(fd, [buf], rng.randrange(blocks) * 4096)
+        elapsed = time.monotonic() - t
+    finally:
+        os.close(fd)
+    stats = emu_hdd.stats()
+    per_read_ns = info["model_image_mean_seek_ns"] + info["model_rev_ns"] / 2 + 4096 / info["model_rate_bps"] * 1e9
+    expected = n * per_read_ns / 1e9
+    print(f"\n{n} random 4 KiB O_DIRECT reads: {elapsed:.2f} s, model expects {expected:.2f} s "
+          f"(ratio {elapsed / expected:.3f}); model busy {stats['busy_ns'] / 1e9:.2f} s")
+    assert 0.85 * expected <= elapsed <= 1.15 * expected
+    assert n <= stats["reads"] <= n + 20          # + a few ext4 journal reads at most
+    assert stats["seeks"] >= 0.98 * n
+    assert stats["bytes_read"] >= n * 4096
+
+
+@pytest.mark.parametrize("chunk_mib", [64, 1], ids=["one-64MiB-read", "1MiB-reads-qd1"])
+def test_sequential_read_at_media_rate(emu_hdd, chunk_mib):
+    total = 64 << 20
+    fd = _direct_fd(emu_hdd.loop_dev)
+    buf = mmap.mmap(-1, chunk_mib << 20)
+    try:
+        emu_hdd.reset_stats()
+        block_reads = _blockstat_reads(emu_hdd.loop_dev)
+        t = time.monotonic()
+        for off in range(0, total, chunk_mib << 20):
+            assert os.preadv(fd, [buf], 64 << 20 | off) == chunk_mib << 20
+        elapsed = time.monotonic() - t
+        block_reads = _blockstat_reads(emu_hdd.loop_dev) - block_reads
+    finally:
+        os.close(fd)
+    stats = emu_hdd.stats()
+    expected = total / 130e6
+    print(f"\n64 MiB sequential O_DIRECT in {chunk_mib} MiB reads: {elapsed:.3f} s, model rate expects "
+          f"{expected:.3f} s (ratio {elapsed / expected:.3f}); {stats['requests']} requests, "
+          f"{block_reads} block-layer reads")
+    assert 0.85 * expected <= elapsed <= 1.15 * expected
+    assert total <= stats["bytes_read"] <= total + (1 << 20)
+    # Every block request of the loop device reached the model (FUSE may split, never merge).
+    assert stats["reads"] >= block_reads >= total // (4 << 20)
+    assert stats["seeks"] <= 3
+
+
+def test_files_round_trip_through_the_model(emu_hdd):
+    d = emu_hdd.mountpoint / "roundtrip"
+    d.mkdir(exist_ok=True)
+    data = os.urandom(3 << 20)
+    (d / "f").write_bytes(data)
+    emu_hdd.drop_caches()
+    emu_hdd.reset_stats()
+    assert (d / "f").read_bytes() == data
+    assert emu_hdd.stats()["bytes_read"] >= len(data)
+
+
+def test_cold_python_import_is_several_times_slower(emu_system):
+    argv = emu_system.chroot_argv(["/usr/bin/python3", "-c", f"import {HEAVY_IMPORTS}"])
+    emu_system.drop_caches()
+    emu_system.reset_stats()
+    t = time.monotonic()
+    subprocess.run(argv, check=True)
+    cold = time.monotonic() - t
+    cold_stats = emu_system.stats()
+    warm = []
+    for _ in range(3):
+        emu_system.reset_stats()
+        t = time.monotonic()
+        subprocess.run(argv, check=True)
+        warm.append(time.monotonic() - t)
+        assert emu_system.stats()["reads"] == 0, "a warm launch must not reach the disk"
+    ratio = cold / min(warm)
+    print(f"\ncold python3 import of 15 modules on the emulated HDD: {cold:.2f} s, warm {min(warm):.3f} s, "
+          f"ratio {ratio:.1f}x; cold reached the disk with {cold_stats['reads']} reads, "
+          f"{cold_stats['seeks']} seeks, {cold_stats['bytes_read'] >> 20} MiB")
+    assert cold_stats["reads"] > 50 and cold_stats["seeks"] > 10
+    assert ratio >= 3
+
+
+def test_system_image_runs_gcc_and_node(emu_system):
+    gcc = subprocess.run(emu_system.chroot_argv(["/usr/bin/gcc", "-c", "-x", "c", "-o", "/tmp/t.o", "-"]),
+                         input=b"#include <stdio.h>\nint main(void){puts(\"hi\");return 0;}\n",
+                         capture_output=True)
+    assert gcc.returncode == 0, gcc.stderr
+    node = subprocess.run(emu_system.chroot_argv(["/usr/bin/node", "-e", "console.log(6*7)"]), capture_output=True)
+    assert node.returncode == 0 and node.stdout == b"42\n", node.stderr
+
+
+def test_system_image_is_a_partition_of_a_larger_drive(emu_system):
+    info = emu_system.model_info()
+    assert info["model_stroke_bytes"] == 10 * info["image_bytes"]
+    assert info["model_image_mean_seek_ns"] < 0.6 * info["model_avg_seek_ns"]
+
+
+def _no_traces(name):
+    mounts = Path("/proc/self/mountinfo").read_text()
+    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    return f"/run/warmstart-emu/{name}/" not in mounts and f"/{name}.img" not in loops \
+        and f"/{name}/fuse/disk" not in loops
+
+
+def test_up_down_idempotent_and_crash_recovery():
+    require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
+    from warmstart.emudisk import EmuDisk
+    name = "pytest-idem"
+    try:
+        d = EmuDisk.up(name=name, profile="hdd7200", size_mb=32, fresh=True)
+        again = EmuDisk.up(name=name, profile="hdd7200", size_mb=32)
+        assert again.loop_dev == d.loop_dev, "a healthy disk is reused"
+        d.down()
+        d.down()                                   # twice is fine
+        assert _no_traces(name)
+        d = EmuDisk.up(name=name, profile="hdd7200", size_mb=32)
+        (d.mountpoint / "before").write_bytes(b"x")
+        state = json.loads((Path("/run/warmstart-emu") / name / "state.json").read_text())
+        os.kill(state["hddsim_pid"], signal.SIGKILL)    # the crash
+        time.sleep(0.2)
+        assert not EmuDisk.attach(name).healthy()
+        d = EmuDisk.up(name=name, profile="hdd7200", size_mb=32)
+        assert d.healthy()
+        (d.mountpoint / "after").write_bytes(b"y" * 10000)
+        d.drop_caches()
+        assert (d.mountpoint / "after").read_bytes() == b"y" * 10000
+        assert d.stats()["reads"] > 0
+    finally:
+        EmuDisk.down_by_name(name)
+    assert _no_traces(name)
+
+
+def test_ssd_profile():
+    require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
+    from warmstart.emudisk import EmuDisk
+    d = EmuDisk.up(name="pytest-ssd", profile="ssd", size_mb=64, fresh=True)
+    try:
+        q = Path(f"/sys/block/{os.path.basename(d.loop_dev)}/queue")
+        assert q.joinpath("rotational").read_text().strip() == "0"
+        fd = _direct_fd(d.loop_dev)
+        buf = mmap.mmap(-1, 4096)
+        n = 300
+        rng = random.Random(3)
+        try:
+            d.reset_stats()
+            t = time.monotonic()
+            for _ in range(n):
+                os.preadv(fd, [buf], rng.randrange(64 * 256) * 4096)
+            elapsed = time.monotonic() - t
+        finally:
+            os.close(fd)
+        s, info = d.stats(), d.model_info()
+        model = n * (info["model_latency_ns"] + 4096 / info["model_rate_bps"] * 1e9) / 1e9
+        print(f"\n{n} random 4 KiB reads on the ssd profile: {elapsed * 1e6 / n:.0f} us each "
+              f"(model {model * 1e6 / n:.0f} us + FUSE/loop overhead)")
+        assert s["reads"] >= n and s["seeks"] == 0
+        assert abs(s["busy_ns"] / 1e9 - model) < 0.05 * model   # QD1: busy = n x service time
+        assert model <= elapsed < 10 * model                      # far from an HDD's ~12 ms
+    finally:
+        d.down()
+
+
+def test_profile_none_counts_from_the_block_layer():
+    require(have_loop(), "needs root and loop devices")
+    from warmstart.emudisk import EmuDisk
+    d = EmuDisk.up(name="pytest-none", profile="none", size_mb=32, fresh=True)
+    try:
+        (d.mountpoint / "f").write_bytes(b"z" * 200000)
+        d.drop_caches()
+        d.reset_stats()
+        assert (d.mountpoint / "f").read_bytes() == b"z" * 200000
+        s = d.stats()
+        assert s["bytes_read"] >= 200000 and s["seeks"] is None
+    finally:
+        d.down()
+
+
+def test_cli_help_and_errors():
+    script = REPO / "scripts" / "emu-disk"
+    for sub in ([], ["up"], ["down"], ["stats"]):
+        p = subprocess.run([str(script), *sub, "--help"], capture_output=True, text=True)
+        assert p.returncode == 0 and "Example" in p.stdout
+    p = subprocess.run([str(script), "stats", "--name", "no-such-disk-here"], capture_output=True, text=True)
+    assert p.returncode == 1 and "scripts/emu-disk up --name no-such-disk-here" in p.stderr
+    p = subprocess.run([str(REPO / "build" / "hddsim"), "--profile", "hdd7200", "--image", "/nonexistent", "/tmp"],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "/nonexistent" in p.stderr
