@@ -56,6 +56,7 @@ def cli(ctx, db_path):
 
 # Subcommands, one module each (warmstart/commands/); the list is the CLI's table of contents.
 # --- commands: each helper adds its own line here ---
+from .commands.hook import hook; cli.add_command(hook)  # noqa: E402
 from .commands.relocate import relocate; cli.add_command(relocate)  # noqa: E402
 from .commands.run import run; cli.add_command(run)  # noqa: E402
 from .commands.report import report; cli.add_command(report)  # noqa: E402

@@ -1,0 +1,110 @@
+"""`warmstart hook install|uninstall|status|refresh`: the automatic launch hook."""
+
+import click
+
+from ..cli import emit, json_option
+
+
+@click.group()
+def hook():
+    """Prefetch recorded apps automatically on every plain launch.
+
+    \b
+    Examples:
+      sudo warmstart hook install            # warmstartd via systemd, or started directly
+      warmstart hook install --preload       # per-user LD_PRELOAD shim, no root needed
+      sudo warmstart hook install --preload --system   # shim in /etc/ld.so.preload
+      warmstart hook status --json
+      warmstart hook refresh                 # after `warmstart analyze`: rewrite the index
+      sudo warmstart hook uninstall          # stops the daemon, removes unit, index, preload line
+    """
+
+
+@hook.command()
+@click.option("--preload", "with_preload", is_flag=True, help="Install the LD_PRELOAD shim instead of the daemon.")
+@click.option("--system", "system_preload", is_flag=True, help="With --preload: add it to /etc/ld.so.preload (root).")
+@json_option
+@click.pass_obj
+def install(obj, with_preload, system_preload, as_json):
+    """Write the hook index and start warmstartd (or install the preload shim).
+
+    \b
+    Examples:
+      sudo warmstart hook install
+      warmstart hook install --preload && . ~/.local/share/warmstart/preload.env
+    """
+    from ..hook.manage import install as do_install
+    r = do_install(obj.db, with_preload, system_preload)
+
+    def text():
+        lines = [f"index {r['index']}: {len(r['entries'])} app(s) hooked"]
+        lines += [f"  {e['app']} (schedule {e['schedule_id']}, hold <= {e['hold_ms']} ms)" for e in r["entries"]]
+        lines += [f"  skipped {s['app']}: {s['reason']}" for s in r["skipped"]]
+        if "daemon" in r:
+            lines.append(f"warmstartd pid {r['daemon']['pid']}: {r['daemon']['how']}")
+        if "preload" in r:
+            p = r["preload"]
+            lines.append(f"preload shim ({p['preload']}): {p['file']}" + (f"; {p['next_step']}" if "next_step" in p else ""))
+        return "\n".join(lines)
+    emit(r, as_json, text)
+
+
+@hook.command()
+@json_option
+def uninstall(as_json):
+    """Stop warmstartd and remove everything `install` added.
+
+    \b
+    Example:
+      sudo warmstart hook uninstall
+    """
+    from ..hook.manage import uninstall as do_uninstall
+    r = do_uninstall()
+    emit(r, as_json, lambda: ("warmstartd stopped; " if r["daemon_stopped"] else "warmstartd was not running; ")
+         + ("removed " + ", ".join(r["removed"]) if r["removed"] else "nothing else to remove"))
+
+
+@hook.command()
+@json_option
+@click.pass_obj
+def status(obj, as_json):
+    """Show whether the hook runs, what it hooks, and its decision times.
+
+    \b
+    Example:
+      warmstart hook status --json
+    """
+    from ..hook.manage import status as do_status
+    r = do_status(obj.db)
+
+    def text():
+        d = r["daemon"]
+        lines = [f"warmstartd: {'running, pid %d' % d['pid'] if d else 'not running'}"
+                 + ("" if r["systemd_pid1"] else " (systemd is not PID 1: started directly, not restarted on boot)")]
+        if d and d.get("stats"):
+            s = d["stats"]
+            lines.append(f"  {s['events']} exec events, {s['matched']} hooked; unrelated-exec decision median "
+                         f"{s['unrelated_decision_median_us']:.1f} us, p99 {s['unrelated_decision_p99_us']:.1f} us")
+        i = r["index"]
+        lines.append("index: none" if not i else f"index: {i.get('error') or '%d entries (%s)' % (i['entries'], ', '.join(i['apps']))}")
+        lines.append(f"preload shim: {r['preload'] or 'not installed'}")
+        if r["launches"]:
+            lines.append(f"recent hooked launches: {r['launches']['launches']} {r['launches']['outcomes']}")
+        return "\n".join(lines)
+    emit(r, as_json, text)
+
+
+@hook.command()
+@json_option
+@click.pass_obj
+def refresh(obj, as_json):
+    """Rewrite the index from the database (run after `warmstart analyze`).
+
+    \b
+    Example:
+      warmstart analyze pyimport --probe hybrid && sudo warmstart hook refresh
+    """
+    from ..hook.manage import refresh as do_refresh
+    r = do_refresh(obj.db)
+    emit(r, as_json, lambda: f"index {r['index']}: {len(r['entries'])} app(s); "
+         f"{len(r['skipped'])} skipped")

@@ -1,0 +1,87 @@
+"""The hook's config file: /etc/warmstart.toml (root-owned) or the user's own.
+
+    learn = "off"                 # off | auto: record unknown apps on first launch
+    learn_paths = ["/usr/bin", "/opt"]
+    hold_factor = 3.0             # hold an exec for hold_factor x the pre-buffer's disk time
+    min_hold_ms = 20
+    max_hold_ms = 1000            # never more than 1000 (the daemon caps it too)
+    accuracy_threshold = 0.8      # re-learn an app whose prefetch accuracy falls below this
+
+A system config not owned by root, or writable by others, is refused: it decides what a root
+daemon reads on behalf of every user.
+"""
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+from ..errors import WarmstartError
+from .index import HOLD_CAP_MS
+
+SYSTEM_CONFIG = Path("/etc/warmstart.toml")
+
+
+@dataclass
+class HookConfig:
+    learn: str = "off"
+    learn_paths: List[str] = field(default_factory=lambda: ["/usr/bin", "/opt"])
+    hold_factor: float = 3.0
+    min_hold_ms: int = 20
+    max_hold_ms: int = HOLD_CAP_MS
+    accuracy_threshold: float = 0.8
+    source: Optional[str] = None
+
+
+def user_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "warmstart" / "warmstart.toml"
+
+
+def _check_owner(path: Path, st: os.stat_result, system: bool) -> None:
+    owner_ok = st.st_uid == 0 if system else st.st_uid in (0, os.getuid())
+    if not owner_ok or st.st_mode & 0o022:
+        who = "root" if system else "root or you"
+        raise WarmstartError(f"config {path} is not owned by {who} or is writable by group/others; "
+                             f"refusing it: chown {'root' if system else os.getuid()} {path} && chmod 644 {path}")
+
+
+def load_config(path: Optional[Path] = None, system: Optional[bool] = None) -> HookConfig:
+    """The config at `path`, else the system one as root / the user's one otherwise, else defaults."""
+    if system is None:
+        system = os.geteuid() == 0
+    if path is None:
+        path = SYSTEM_CONFIG if system else user_config_path()
+        if not path.exists():
+            return HookConfig()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise WarmstartError(f"cannot read config {path}: {e.strerror} (symlinks are refused); fix or remove it")
+    with os.fdopen(fd, "rb") as f:
+        _check_owner(path, os.fstat(f.fileno()), system)
+        try:
+            raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise WarmstartError(f"config {path}: {e}; fix the TOML syntax")
+    cfg = HookConfig(source=str(path))
+    known = set(cfg.__dataclass_fields__) - {"source"}
+    unknown = set(raw) - known
+    if unknown:
+        raise WarmstartError(f"config {path}: unknown key(s) {', '.join(sorted(unknown))}; "
+                             f"known: {', '.join(sorted(known))}")
+    for key, value in raw.items():
+        default = getattr(cfg, key)
+        if isinstance(default, float) and isinstance(value, int):
+            value = float(value)
+        if type(value) is not type(default):
+            raise WarmstartError(f"config {path}: {key} must be a {type(default).__name__}, got {value!r}")
+        setattr(cfg, key, value)
+    if cfg.learn not in ("off", "auto"):
+        raise WarmstartError(f"config {path}: learn must be \"off\" or \"auto\", got {cfg.learn!r}")
+    if not 1 <= cfg.max_hold_ms <= HOLD_CAP_MS or not 0 <= cfg.min_hold_ms <= cfg.max_hold_ms:
+        raise WarmstartError(f"config {path}: need 0 <= min_hold_ms <= max_hold_ms <= {HOLD_CAP_MS}")
+    if not 0.0 < cfg.accuracy_threshold <= 1.0 or cfg.hold_factor <= 0:
+        raise WarmstartError(f"config {path}: accuracy_threshold must be in (0, 1] and hold_factor > 0")
+    return cfg

@@ -1,0 +1,68 @@
+"""Fold warmstartd's records (JSON lines: launches, stale schedules) back into the database.
+
+The daemon never opens SQLite; `warmstart hook status` (and install) call sync() to mark the
+schedules it found stale (their files changed, e.g. a package upgrade), so `run` and the next
+index skip them until the app is re-learned.
+"""
+
+import json
+from collections import Counter
+from typing import Dict
+
+from ..db.schedules import mark_stale
+from .layout import HookPaths
+
+
+def read_new(paths: HookPaths):
+    """Records appended since the last sync, and the new offset."""
+    try:
+        offset = int(paths.events_offset.read_text())
+    except (OSError, ValueError):
+        offset = 0
+    try:
+        with open(paths.events, "rb") as f:
+            f.seek(0, 2)
+            if f.tell() < offset:
+                offset = 0  # the log was truncated or replaced
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1  # a half-written last line waits for the next sync
+    records = []
+    for line in data[:end].splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records, offset + end
+
+
+def sync(conn, paths: HookPaths) -> Dict[str, int]:
+    records, offset = read_new(paths)
+    stale = {r["schedule_id"] for r in records if r.get("event") == "stale"}
+    for sid in stale:
+        mark_stale(conn, sid)
+    outcomes = Counter(r.get("outcome") for r in records if r.get("event") == "launch")
+    if records:
+        paths.events_offset.write_text(str(offset))
+    return {"records": len(records), "stale_marked": len(stale), **{f"launches_{k}": v for k, v in outcomes.items()}}
+
+
+def summary(paths: HookPaths, last: int = 2000) -> dict:
+    """Counts over the last `last` launch records, for `status`."""
+    try:
+        lines = paths.events.read_bytes().splitlines()[-last:]
+    except FileNotFoundError:
+        return {}
+    launches = []
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("event") == "launch":
+            launches.append(r)
+    held = sorted(r["held_ms"] for r in launches if "held_ms" in r)
+    return {"launches": len(launches), "outcomes": dict(Counter(r.get("outcome") for r in launches)),
+            "median_held_ms": held[len(held) // 2] if held else None}

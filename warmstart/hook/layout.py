@@ -1,0 +1,63 @@
+"""Where the hook keeps its files. WARMSTART_HOOK_ROOT prefixes every path (tests, staging);
+as root the default is the real system, otherwise a per-user tree (preload-only install)."""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class HookPaths:
+    root: Path
+    state: Path          # index, schedule exports, event log
+    run: Path            # pidfile, stats
+    etc: Path
+
+    @property
+    def index(self) -> Path:
+        return self.state / "hook.idx"
+
+    @property
+    def schedules(self) -> Path:
+        return self.state / "schedules"
+
+    @property
+    def events(self) -> Path:
+        return self.state / "hook-events.jsonl"
+
+    @property
+    def events_offset(self) -> Path:
+        return self.state / "hook-events.offset"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.run / "warmstartd.pid"
+
+    @property
+    def stats(self) -> Path:
+        return self.run / "warmstartd.stats.json"
+
+    @property
+    def log(self) -> Path:
+        return self.state / "warmstartd.log"
+
+    @property
+    def unit(self) -> Path:
+        return self.etc / "systemd" / "system" / "warmstartd.service"
+
+    @property
+    def ld_so_preload(self) -> Path:
+        return self.etc / "ld.so.preload"
+
+    @property
+    def preload_env(self) -> Path:
+        return self.state / "preload.env"
+
+
+def hook_paths() -> HookPaths:
+    root = Path(os.environ.get("WARMSTART_HOOK_ROOT", "/"))
+    if os.geteuid() == 0 or "WARMSTART_HOOK_ROOT" in os.environ:
+        return HookPaths(root, root / "var/lib/warmstart", root / "run/warmstart", root / "etc")
+    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "warmstart"
+    run = Path(os.environ.get("XDG_RUNTIME_DIR") or data) / "warmstart"
+    return HookPaths(root, data, run, root / "etc")

@@ -1,0 +1,83 @@
+"""install / uninstall / status / refresh: the steps behind `warmstart hook`."""
+
+import os
+import shutil
+from typing import Optional
+
+from ..errors import WarmstartError
+from . import events, preload, service
+from .config import load_config
+from .entries import build_index
+from .index import read_index, write_index
+from .layout import HookPaths, hook_paths
+
+
+def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
+    """Rewrite the index (and exports) from the database; a running daemon reloads it."""
+    paths = paths or hook_paths()
+    cfg = load_config()
+    events.sync(conn, paths)  # stale marks first, so stale schedules leave the index
+    index, skipped = build_index(conn, paths, cfg)
+    write_index(os.fsencode(paths.index), index)
+    return {"index": str(paths.index), "entries": [
+        {"app": e.name, "schedule_id": e.schedule_id, "hold_ms": e.hold_ms,
+         "signature": [n.decode("utf-8", "surrogateescape") for n in e.needles]} for e in index.entries],
+        "skipped": [{"app": s.app, "reason": s.reason} for s in skipped], "learn": cfg.learn}
+
+
+def install(conn, with_preload: bool = False, system_preload: bool = False,
+            daemon: Optional[bool] = None) -> dict:
+    paths = hook_paths()
+    result = refresh(conn, paths)
+    if daemon is None:
+        daemon = os.geteuid() == 0 and not with_preload
+    if daemon:
+        if os.geteuid() != 0:
+            raise WarmstartError("warmstartd needs root (fanotify permission events): run as root, "
+                                 "or use `warmstart hook install --preload` for your own launches")
+        result["daemon"] = service.start(paths)
+    if with_preload:
+        result["preload"] = preload.install(paths, system_preload)
+    return result
+
+
+def uninstall() -> dict:
+    paths = hook_paths()
+    stopped = service.stop(paths)
+    removed = []
+    if paths.unit.exists():
+        paths.unit.unlink()
+        removed.append(str(paths.unit))
+        if service.systemd_running():
+            service._systemctl("daemon-reload")
+    pre = preload.uninstall(paths)
+    if pre:
+        removed.append(pre)
+    for f in (paths.index, paths.events_offset):
+        if f.exists():
+            f.unlink()
+            removed.append(str(f))
+    if paths.schedules.exists():
+        shutil.rmtree(paths.schedules)
+        removed.append(str(paths.schedules))
+    return {"daemon_stopped": stopped, "removed": removed}
+
+
+def status(conn=None) -> dict:
+    paths = hook_paths()
+    out = {"daemon": None, "index": None, "preload": preload.status(paths),
+           "systemd_pid1": service.systemd_running(), "unit_installed": paths.unit.exists()}
+    pid = service.running_pid(paths)
+    if pid is not None:
+        out["daemon"] = {"pid": pid, "stats": service.read_stats(paths)}
+    if paths.index.exists():
+        try:
+            idx = read_index(os.fsencode(paths.index), require_root=os.geteuid() == 0)
+            out["index"] = {"path": str(paths.index), "entries": len(idx.entries),
+                            "apps": sorted({e.name for e in idx.entries})}
+        except WarmstartError as e:
+            out["index"] = {"path": str(paths.index), "error": str(e)}
+    if conn is not None:
+        out["sync"] = events.sync(conn, paths)
+    out["launches"] = events.summary(paths)
+    return out

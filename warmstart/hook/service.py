@@ -1,0 +1,130 @@
+"""Start, stop and inspect warmstartd: through systemd when it is PID 1, directly otherwise."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Optional
+
+from ..errors import WarmstartError
+from ..paths import REPO_ROOT, helper_binary
+from .layout import HookPaths
+
+UNIT_TEMPLATE = REPO_ROOT / "launchd-hook" / "warmstartd.service"
+
+
+def systemd_running() -> bool:
+    """sd_booted(3): systemd is the init system iff /run/systemd/system exists."""
+    return os.path.isdir("/run/systemd/system")
+
+
+def daemon_args(paths: HookPaths):
+    return [str(helper_binary("warmstartd")), "--index", str(paths.index), "--events", str(paths.events),
+            "--stats", str(paths.stats), "--pidfile", str(paths.pidfile),
+            "--replayer", str(helper_binary("warmstart-replay"))]
+
+
+def running_pid(paths: HookPaths) -> Optional[int]:
+    """The watchdog's pid if the pidfile names a live warmstartd (not a recycled pid)."""
+    try:
+        pid = int(paths.pidfile.read_text().split()[0])
+        with open(f"/proc/{pid}/comm") as f:
+            return pid if f.read().strip().startswith("warmstartd") else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def write_unit(paths: HookPaths) -> Path:
+    text = UNIT_TEMPLATE.read_text().replace("@EXECSTART@", " ".join(daemon_args(paths)))
+    paths.unit.parent.mkdir(parents=True, exist_ok=True)
+    paths.unit.write_text(text)
+    os.chmod(paths.unit, 0o644)
+    return paths.unit
+
+
+def _systemctl(*args):
+    r = subprocess.run(["systemctl", *args], capture_output=True, text=True)
+    if r.returncode:
+        raise WarmstartError(f"systemctl {' '.join(args)} failed: {r.stderr.strip()}; "
+                             f"see `journalctl -u warmstartd`")
+
+
+def read_stats(paths: HookPaths, refresh: bool = True, timeout_s: float = 2.0) -> Optional[dict]:
+    """Ask the daemon to rewrite its stats file (SIGUSR1) and read it."""
+    pid = running_pid(paths)
+    if pid is None:
+        return None
+    before = paths.stats.stat().st_mtime_ns if paths.stats.exists() else 0
+    if refresh:
+        os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if paths.stats.exists() and paths.stats.stat().st_mtime_ns != before:
+                break
+            time.sleep(0.02)
+    try:
+        return json.loads(paths.stats.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def start(paths: HookPaths, use_systemd: Optional[bool] = None) -> dict:
+    """Start the daemon (or leave a running one: it reloads the index on its own)."""
+    pid = running_pid(paths)
+    if pid is not None:
+        return {"started": False, "pid": pid, "how": "already running (reloads the index by itself)"}
+    for d in (paths.run, paths.state):
+        d.mkdir(parents=True, exist_ok=True, mode=0o755)
+    if use_systemd is None:
+        use_systemd = systemd_running()
+    if use_systemd:
+        write_unit(paths)
+        _systemctl("daemon-reload")
+        _systemctl("enable", "--now", "warmstartd.service")
+        how = "systemd (warmstartd.service enabled)"
+    else:
+        log = open(paths.log, "ab")
+        try:
+            subprocess.Popen(daemon_args(paths), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                             start_new_session=True, close_fds=True)
+        finally:
+            log.close()
+        how = ("started directly: systemd is not PID 1 here, so nothing restarts warmstartd after "
+               "a reboot; run `warmstart hook install` again then")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        stats = read_stats(paths, timeout_s=0.5)
+        if stats and stats.get("worker_pid"):
+            return {"started": True, "pid": running_pid(paths), "how": how}
+        time.sleep(0.05)
+    tail = paths.log.read_text(errors="replace")[-800:] if paths.log.exists() else ""
+    stop(paths, use_systemd)
+    raise WarmstartError(f"warmstartd did not come up within 5 s; its log says:\n{tail}\n"
+                         f"fanotify permission events need root and CONFIG_FANOTIFY_ACCESS_PERMISSIONS; "
+                         f"without them use `warmstart hook install --preload`")
+
+
+def stop(paths: HookPaths, use_systemd: Optional[bool] = None) -> bool:
+    """Stop the daemon; True if one was running. Pending execs are allowed by the kernel."""
+    if use_systemd is None:
+        use_systemd = systemd_running() and paths.unit.exists()
+    was = running_pid(paths) is not None
+    if use_systemd:
+        subprocess.run(["systemctl", "disable", "--now", "warmstartd.service"], capture_output=True)
+    pid = running_pid(paths)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and running_pid(paths) == pid:
+            time.sleep(0.02)
+        if running_pid(paths) == pid:
+            os.kill(pid, signal.SIGKILL)  # its worker dies with it (PR_SET_PDEATHSIG)
+            time.sleep(0.1)
+    for f in (paths.pidfile, paths.stats):
+        try:
+            f.unlink()
+        except FileNotFoundError:
+            pass
+    return was
