@@ -61,6 +61,18 @@ def db_path(tmp_path):
 
 # ---- emulated disks (warmstart/emudisk, docs/emulated-disk.md) ----------------------------------
 
+def _emu_name(kind: str) -> str:
+    """A disk name of this pytest process, so concurrent test runs do not tear down each other's
+    disks; disks left by dead pytest processes are torn down first."""
+    from warmstart.emudisk import EmuDisk, STATE_ROOT
+    if STATE_ROOT.is_dir():
+        for d in STATE_ROOT.iterdir():
+            prefix, _, pid = d.name.rpartition("-")
+            if prefix.startswith("pytest-") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                EmuDisk.down_by_name(d.name)
+    return f"pytest-{kind}-{os.getpid()}"
+
+
 @pytest.fixture(scope="session")
 def emu_hdd():
     """An empty ext4 (512 MiB) on the emulated 7200 rpm disk; tests may create files in it.
@@ -69,7 +81,7 @@ def emu_hdd():
     """
     require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
     from warmstart.emudisk import EmuDisk
-    disk = EmuDisk.up(name="pytest-hdd", profile="hdd7200", image="empty", size_mb=512, fresh=True)
+    disk = EmuDisk.up(name=_emu_name("hdd"), profile="hdd7200", image="empty", size_mb=512, fresh=True)
     try:
         yield disk
     finally:
@@ -82,7 +94,7 @@ def emu_system():
     it with `disk.chroot_argv([...])`. Built once and cached in /var/cache/warmstart/images."""
     require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
     from warmstart.emudisk import EmuDisk
-    disk = EmuDisk.up(name="pytest-system", profile="hdd7200", image="system", fresh=True)
+    disk = EmuDisk.up(name=_emu_name("system"), profile="hdd7200", image="system", fresh=True)
     try:
         yield disk
     finally:

@@ -155,7 +155,7 @@ def _no_traces(name):
 def test_up_down_idempotent_and_crash_recovery():
     require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
     from warmstart.emudisk import EmuDisk
-    name = "pytest-idem"
+    name = f"pytest-idem-{os.getpid()}"
     try:
         d = EmuDisk.up(name=name, profile="hdd7200", size_mb=32, fresh=True)
         again = EmuDisk.up(name=name, profile="hdd7200", size_mb=32)
@@ -183,7 +183,7 @@ def test_up_down_idempotent_and_crash_recovery():
 def test_ssd_profile():
     require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
     from warmstart.emudisk import EmuDisk
-    d = EmuDisk.up(name="pytest-ssd", profile="ssd", size_mb=64, fresh=True)
+    d = EmuDisk.up(name=f"pytest-ssd-{os.getpid()}", profile="ssd", size_mb=64, fresh=True)
     try:
         q = Path(f"/sys/block/{os.path.basename(d.loop_dev)}/queue")
         assert q.joinpath("rotational").read_text().strip() == "0"
@@ -213,7 +213,7 @@ def test_ssd_profile():
 def test_profile_none_counts_from_the_block_layer():
     require(have_loop(), "needs root and loop devices")
     from warmstart.emudisk import EmuDisk
-    d = EmuDisk.up(name="pytest-none", profile="none", size_mb=32, fresh=True)
+    d = EmuDisk.up(name=f"pytest-none-{os.getpid()}", profile="none", size_mb=32, fresh=True)
     try:
         (d.mountpoint / "f").write_bytes(b"z" * 200000)
         d.drop_caches()

@@ -79,6 +79,7 @@ def build(order: List[packages.Package], size_mb: int, dest: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix="build-", dir=images.tmpfs_dir().parent
                                  if images.tmpfs_dir().exists() else None))
     img, mnt, loop = work / "system.img", work / "mnt", None
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.part")
     try:
         images.make_empty(img, size_mb, label="warmstart-sys")
         loop = sysops.loop_attach(img, direct_io=False)
@@ -92,15 +93,14 @@ def build(order: List[packages.Package], size_mb: int, dest: Path) -> None:
         sysops.unmount(root)
         sysops.loop_detach(loop)
         loop = None
-        tmp = dest.with_name(dest.name + ".part")
         sysops.run(["cp", "--sparse=always", str(img), str(tmp)], fix=f"free space in {dest.parent}")
-        os.replace(tmp, dest)
+        os.replace(tmp, dest)       # atomic: a concurrent build of the same key is harmless
     finally:
         sysops.unmount_all_under(mnt)
         if loop:
             sysops.loop_detach(loop)
         images.remove(img)
-        images.remove(dest.with_name(dest.name + ".part"))
+        images.remove(tmp)
         for d in (mnt, work):
             try:
                 d.rmdir()
