@@ -1,0 +1,89 @@
+"""Property tests of the segmentation (hypothesis), on the disk model with a fixed profile."""
+
+from hypothesis import given, settings, strategies as st
+
+from warmstart.analyzer.access import ModelCost
+from warmstart.analyzer.diskmodel import DiskProfile
+from warmstart.analyzer.filemap import Piece
+from warmstart.analyzer.ordering import PieceTable
+from warmstart.analyzer.segment import launch_time, optimise, paper
+
+HDD = DiskProfile(seek_curve=[(1.0, 0.001), (65536.0, 0.003), (1 << 26, 0.008), (1 << 30, 0.012), (1 << 33, 0.017)],
+                  rate_curve=[(0.0, 130e6), (1 << 33, 70e6)], overhead_s=5e-5, stream_bytes=1 << 20,
+                  c_switch_s=0.0125, r_tr_Bps=100e6, size_bytes=1 << 33)
+
+item = st.tuples(st.integers(0, (1 << 24) - 64), st.integers(1, 64), st.integers(0, 20_000_000), st.booleans())
+
+
+def _setup(items):
+    pieces = [[Piece(1, s, n, meta, None, 0, n * 512)] for s, n, _, meta in items]
+    cpu = [c / 1e9 for _, _, c, _ in items]
+    table = PieceTable(pieces)
+    return cpu, table, ModelCost(table, HDD)
+
+
+def _prefix(cpu):
+    pre = [0.0]
+    for c in cpu:
+        pre.append(pre[-1] + c)
+    return pre
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(item, min_size=1, max_size=60))
+def test_paper_segments_partition_and_cover(items):
+    cpu, table, cost = _setup(items)
+    r = paper(cpu, cost)
+    n = len(items)
+    # contiguous, non-overlapping, in order, covering p1..pn
+    assert r.segments[0][0] == 0 and r.segments[-1][1] == n - 1
+    for (a1, b1), (a2, b2) in zip(r.segments, r.segments[1:]):
+        assert a2 == b1 + 1 and a1 <= b1
+    # each segment in fetch order: metadata sweep then data sweep, each LBA-sorted
+    for a, b in r.segments:
+        idx = table.indexes(a, b)
+        keys = [(table.kind[i], table.start[i]) for i in idx]
+        assert keys == sorted(keys)
+        assert sorted(table.item[idx].tolist()) == list(range(a, b + 1))
+    # CPU-covers-disk: the CPU of fetch-order segment j covers the disk time of segment j+1,
+    # except for the head remainder (fetch-order segment 1)
+    for j in range(1, len(r.segments) - 1):
+        a, b = r.segments[j]
+        assert sum(cpu[a:b + 1]) >= cost(*r.segments[j + 1]) - 1e-12
+    # t_exp consistent with the parts (line 12 of Algorithm 1)
+    t = [cost(a, b) for a, b in r.segments]
+    assert r.t_disk == t
+    if len(t) == 1:
+        assert abs(r.t_exp - (t[0] + sum(cpu))) < 1e-9
+    else:
+        assert abs(r.t_exp - (t[0] + t[1] + sum(cpu[r.segments[1][0]:]))) < 1e-9
+    assert abs(r.t_model - launch_time(r.segments, cost, _prefix(cpu))) < 1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(item, min_size=1, max_size=80))
+def test_optimal_never_worse_than_paper_or_reorder(items):
+    cpu, table, cost = _setup(items)
+    p = paper(cpu, cost)
+    o = optimise(cpu, cost, time_budget_s=0.2)
+    pre = _prefix(cpu)
+    assert o.segments[0][0] == 0 and o.segments[-1][1] == len(items) - 1
+    for (a1, b1), (a2, b2) in zip(o.segments, o.segments[1:]):
+        assert a2 == b1 + 1 and a1 <= b1
+    assert o.t_model <= p.t_model + 1e-9
+    assert o.t_model <= launch_time([(0, len(items) - 1)], cost, pre) + 1e-9
+    # T is never below either physical bound: all CPU after the first fetch, all disk
+    assert o.t_model >= sum(cpu) + cost(*o.segments[0]) - 1e-9
+    assert o.t_model >= sum(cost(a, b) for a, b in o.segments) - 1e-9
+
+
+def test_paper_example_from_fig1():
+    """The paper's 10-request example (LBAs 10,5,9,...): segments are contiguous and sorted."""
+    lbas = [10, 5, 9, 4, 8, 3, 7, 2, 6, 1]
+    items = [(l * 100_000, 8, 9_000_000, False) for l in lbas]
+    cpu, table, cost = _setup(items)
+    r = paper(cpu, cost)
+    assert len(r.segments) >= 2
+    for a, b in r.segments:
+        starts = table.start[table.indexes(a, b)].tolist()
+        assert starts == sorted(starts)

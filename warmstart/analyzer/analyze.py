@@ -1,0 +1,264 @@
+"""`warmstart analyze`: recordings -> launch sequence -> file map -> segmentation -> schedule.
+
+Probe methods for DISK_ACCESS:
+- model:  the stored device profile (`warmstart profile-disk`), no I/O;
+- disk:   O_DIRECT reads of each candidate segment on the device (bounded by a time budget);
+- hybrid: search on the model, then measure the chosen segmentation, the paper's and one-segment
+          reorder on the disk; keep the best by measurement and report the model's error;
+- auto (default): hybrid when a profile of the device exists, else disk.
+A device that cannot be opened O_DIRECT makes `disk`/`hybrid` fail with the fix (use the model);
+`auto` then falls back to `model` if there is a profile, and says so in the result.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ..db import profiles as profile_db
+from ..db.schedules import Range, Schedule, Segment, save_schedule
+from ..errors import WarmstartError
+from . import inputs, probe
+from .access import DiskCost, ModelCost
+from .diskmodel import DiskProfile
+from .filemap import FileMap, Piece
+from .gapmerge import merge_gaps
+from .ordering import PieceTable
+from .segment import Result, launch_time, optimise, paper
+from .sequence import Access, LaunchSequence, from_requests, merge_recordings
+from .strips import geometry_from_sysfs, split_at_strips, whole_stripes
+
+PROBES = ("auto", "model", "disk", "hybrid")
+ALGORITHMS = ("optimal", "paper")
+
+
+@dataclass
+class Options:
+    probe: str = "auto"
+    algorithm: str = "optimal"
+    runs_threshold: Optional[int] = None      # K of N; default: a majority
+    recording_ids: Sequence[int] = ()
+    allow_lost: bool = False
+    metadata_first: bool = True
+    gap_merge: bool = True
+    strip_bytes: Optional[int] = None
+    stripe_disks: Optional[int] = None
+    search_budget_s: float = 0.5              # model search
+    disk_budget_factor: float = 1.0           # disk probing, x the recorded cold launch time
+    save: bool = True
+
+
+def _lost_check(recs, allow_lost: bool):
+    bad = [r for r in recs if r.lost_events or r.status != "ok"]
+    if bad and not allow_lost:
+        ids = ", ".join(f"#{r.id} ({r.lost_events} lost)" for r in bad)
+        raise WarmstartError(f"recording(s) {ids} lost trace events, so the launch sequence is incomplete: "
+                             f"record again (`warmstart record`), pick others with --recording, "
+                             f"or accept it with --allow-lost")
+    return bad
+
+
+def build_sequence(conn, recs, k: Optional[int]) -> LaunchSequence:
+    seqs = []
+    for r in recs:
+        reqs = inputs.requests(conn, r.id)
+        tail = 0
+        if r.cpu_total_s is not None:
+            tail = int(r.cpu_total_s * 1e9) - sum(q.cpu_before_ns for q in reqs)
+        seqs.append((r.id, from_requests(reqs, tail_cpu_ns=max(0, tail))))
+    if k is None:
+        k = len(seqs) // 2 + 1
+    return merge_recordings(seqs, k)
+
+
+def map_sequence(seq: LaunchSequence, fmap: FileMap):
+    """Pieces of every p_i; an access with nothing left (deleted file) gives its CPU to the previous."""
+    items: List[List[Piece]] = []
+    kept: List[Access] = []
+    carry = 0
+    for a in seq.accesses:
+        pieces = fmap.map_access(a)
+        if not pieces:
+            if kept:
+                kept[-1].cpu_ns += a.cpu_ns
+            else:
+                carry += a.cpu_ns
+            continue
+        kept.append(Access(a.dev, a.sector, a.nr_sectors, a.cpu_ns + carry, a.is_meta))
+        carry = 0
+        items.append(pieces)
+    return kept, items
+
+
+def _main_dev(items) -> int:
+    size: Dict[int, int] = {}
+    for ps in items:
+        for p in ps:
+            size[p.dev] = size.get(p.dev, 0) + p.nr_sectors
+    return max(size, key=size.get)
+
+
+def _to_ranges(pieces: Sequence[Piece]) -> List[Range]:
+    return [Range(p.dev, p.sector, p.nr_sectors, p.length, p.file, p.file_offset if p.file else None)
+            for p in pieces]
+
+
+def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[Callable[[str], None]] = None) -> dict:
+    """Analyze app_name's recordings and (unless opts.save is False) store the schedule.
+    Returns a JSON-safe report."""
+    say = progress or (lambda s: None)
+    t_start = time.monotonic()
+    if opts.probe not in PROBES:
+        raise WarmstartError(f"unknown probe {opts.probe!r}: use one of {', '.join(PROBES)}")
+    if opts.algorithm not in ALGORITHMS:
+        raise WarmstartError(f"unknown algorithm {opts.algorithm!r}: use one of {', '.join(ALGORITHMS)}")
+    app = inputs.app_id(conn, app_name)
+    recs = inputs.recordings(conn, app, opts.recording_ids)
+    if not recs:
+        raise WarmstartError(f"app {app_name!r} has no recordings: record it with `warmstart record --name {app_name} -- CMD`")
+    lossy = _lost_check(recs, opts.allow_lost)
+    rids = [r.id for r in recs]
+
+    say("building the launch sequence")
+    seq = build_sequence(conn, recs, opts.runs_threshold)
+    fmap = FileMap(inputs.files(conn, rids), inputs.added_pages(conn, rids))
+    kept, items = map_sequence(seq, fmap)
+    if not items:
+        raise WarmstartError(f"nothing left to prefetch for {app_name!r} (no reads, or every file changed "
+                             f"since recording: {len(fmap.report.skipped)} skipped): record it again")
+    cpu_s = [a.cpu_ns / 1e9 for a in kept]
+    table = PieceTable(items, metadata_first=opts.metadata_first)
+    dev = _main_dev(items)
+
+    # The device, its profile, and whether it can be probed.
+    prof_row = None
+    dev_path = None
+    try:
+        dev_path = probe.device_path(dev)
+        size = probe.device_size(dev_path)
+        prof_row = profile_db.latest_profile(conn, dev, size)
+    except (WarmstartError, OSError):
+        prof_row = profile_db.latest_profile(conn, dev)
+    profile_id, prof = prof_row if prof_row else (None, None)
+    method = opts.probe
+    notes: Dict[str, object] = {}
+    if method == "auto":
+        method = "hybrid" if prof else "disk"
+    if method in ("disk", "hybrid"):
+        try:
+            if dev_path is None:
+                raise WarmstartError(f"device {dev} is not present")
+            probe.check_direct(dev_path)
+        except WarmstartError as e:
+            if opts.probe == "auto" and prof:
+                notes["fallback"] = f"disk probes impossible ({e}); used the model"
+                method = "model"
+            else:
+                raise
+    if method in ("model", "hybrid") and prof is None:
+        raise WarmstartError(f"no device profile for {dev_path or dev}: run `warmstart profile-disk "
+                             f"{dev_path or '/dev/...'}` first, or use --probe disk")
+
+    cold_s = max(r.launch_time_s for r in recs)
+    model = ModelCost(table, prof) if prof else None
+    disk = DiskCost(table, budget_s=opts.disk_budget_factor * cold_s, paths={dev: dev_path}) \
+        if method in ("disk", "hybrid") else None
+
+    say(f"segmenting {len(items)} requests ({method} probes)")
+    search_cost = model if method in ("model", "hybrid") else disk
+    res_paper = paper(cpu_s, search_cost)
+    res_opt = optimise(cpu_s, search_cost, time_budget_s=opts.search_budget_s) \
+        if opts.algorithm == "optimal" else None
+    pre = [0.0]
+    for c in cpu_s:
+        pre.append(pre[-1] + c)
+    compare: Dict[str, dict] = {"paper": {"t_exp_s": res_paper.t_exp, "t_model_s": res_paper.t_model,
+                                          "segments": len(res_paper.segments)}}
+    if res_opt:
+        compare["optimal"] = {"t_model_s": res_opt.t_model, "segments": len(res_opt.segments),
+                              "start": res_opt.notes.get("start")}
+    compare["reorder"] = {"t_model_s": launch_time([(0, len(cpu_s) - 1)], search_cost, pre)}
+
+    chosen: Result = res_opt or res_paper
+    model_error = None
+    if method == "hybrid":
+        say("confirming on the disk")
+        disk.deadline = None  # the few confirmation probes always run
+        measured = {}
+        cands = {"paper": res_paper.segments, "reorder": [(0, len(cpu_s) - 1)]}
+        if res_opt:
+            cands["optimal"] = res_opt.segments
+        for name, segs in cands.items():
+            measured[name] = launch_time(segs, disk, pre)
+            compare[name]["t_disk_s"] = measured[name]
+        errs = []
+        for (a, b), t in disk._cache.items():
+            m = model(a, b)
+            if t > 0:
+                errs.append((m - t) / t)
+        model_error = {"segments": len(errs), "median": sorted(errs)[len(errs) // 2] if errs else None,
+                       "min": min(errs) if errs else None, "max": max(errs) if errs else None}
+        if res_opt and measured["reorder"] < measured["optimal"]:
+            # the model misled the search: keep what the disk says is better
+            chosen = Result("optimal", [(0, len(cpu_s) - 1)], [disk(0, len(cpu_s) - 1)], [pre[-1]],
+                            measured["reorder"], measured["reorder"], notes={"start": "reorder (disk)"})
+        else:
+            chosen = Result(chosen.algorithm, chosen.segments, [disk(a, b) for a, b in chosen.segments],
+                            chosen.cpu, chosen.t_exp, launch_time(chosen.segments, disk, pre))
+            if chosen.algorithm == "paper":
+                t = chosen.t_disk
+                chosen.t_exp = t[0] + pre[-1] if len(t) == 1 else t[0] + t[1] + pre[-1] - pre[chosen.segments[1][0]]
+            else:
+                chosen.t_exp = chosen.t_model
+
+    # Fetch order inside each segment, gap merging, strips; then the schedule.
+    strip, disks = opts.strip_bytes, opts.stripe_disks
+    if strip is None:
+        strip, disks = geometry_from_sysfs(dev)
+    gap_bytes = prof.gap_merge_bytes if (prof and opts.gap_merge) else 0
+    waste = merged_gaps = skipped_gaps = 0
+    segments: List[Segment] = []
+    for i, (a, b) in enumerate(chosen.segments):
+        pieces = table.segment_pieces(a, b)
+        if gap_bytes:
+            # merge within each sweep (metadata, data) only: never across the two
+            meta = [p for p in pieces if p.is_meta and p.file is None] if opts.metadata_first else []
+            data = pieces[len(meta):]
+            m1, s1 = merge_gaps(meta, gap_bytes)
+            m2, s2 = merge_gaps(data, gap_bytes)
+            pieces = m1 + m2
+            waste += s1.waste_bytes + s2.waste_bytes
+            merged_gaps += s1.merged_gaps + s2.merged_gaps
+            skipped_gaps += s1.skipped_gaps + s2.skipped_gaps
+        if strip:
+            pieces = split_at_strips(pieces, strip)
+            pieces, w = whole_stripes(pieces, strip, disks or 0)
+            waste += w
+        ranges = _to_ranges(pieces)
+        segments.append(Segment(i + 1, a + 1, b + 1, chosen.t_disk[i], chosen.cpu[i],
+                                sum(r.length for r in ranges), ranges))
+
+    used_files = sorted({r.file for s in segments for r in s.ranges if r.file is not None}, key=lambda f: f.path)
+    extents = {i: fmap.extents[f] for i, f in enumerate(used_files)}
+    params = {"probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
+              "gap_merge_bytes": gap_bytes, "merged_gaps": merged_gaps, "skipped_gaps": skipped_gaps,
+              "strip_bytes": strip or 0, "stripe_disks": disks or 0, "t_model_s": chosen.t_model,
+              "compare": compare, "model_error": model_error, "filemap": fmap.report.to_json(),
+              "coverage": [{"recording_id": c.recording_id, "fraction": c.fraction} for c in seq.coverage],
+              "lossy_recordings": [r.id for r in lossy], **notes}
+    sched = Schedule(None, app_name, chosen.algorithm, method, chosen.t_exp,
+                     sum(s.bytes for s in segments), waste, rids, segments, used_files, extents,
+                     profile_id=profile_id, params=params)
+    if opts.save:
+        save_schedule(conn, sched, app_id=app)
+    return {
+        "app": app_name, "schedule_id": sched.id, "algorithm": chosen.algorithm, "probe": method,
+        "requests": len(items), "segments": [len(s.ranges) for s in segments],
+        "segment_p": [[s.first_p, s.last_p] for s in segments],
+        "t_disk_s": chosen.t_disk, "cpu_s": chosen.cpu, "t_exp_s": chosen.t_exp, "t_model_s": chosen.t_model,
+        "total_bytes": sched.total_bytes, "waste_bytes": waste, "files": len(used_files),
+        "dropped_writes": seq.dropped_writes, "dropped_rereads": seq.dropped_rereads,
+        "probe_calls": {"model": model.calls if model else 0, "disk": disk.calls if disk else 0},
+        "disk_probe_s": disk.probe_s if disk else 0.0,
+        "analysis_s": time.monotonic() - t_start, "cold_launch_s": cold_s, **params,
+    }

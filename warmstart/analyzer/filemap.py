@@ -1,0 +1,194 @@
+"""Map the launch's block ranges to (file, offset, length), so replay fills the right page cache.
+
+A recorded LBA range is mapped through the FIEMAP of the launch's files *as they are now*. A file
+is used only if it still has the identity it had at record time (same dev, inode, size, mtime);
+a deleted or changed file is skipped and counted. When the recording has page-cache events for a
+file, a mapped piece must also cover pages the launch really added to that file's cache, so a
+block that has since been reused by another file of the launch is not fetched under its name.
+
+What maps to no file stays a block-device range when the kernel flagged the read as metadata
+(REQ_META: inode tables, directories, extent blocks); an unflagged unmapped read is kept as a device
+range only if no file of the recording was skipped; otherwise it may have been a deleted file's
+data and it is dropped (counted in `dropped_unmapped_bytes`).
+
+Devices: requests are on the device the tracer saw; a file's extents are relative to its file
+system's device. For a partition both coordinates are indexed: (partition, sector) and
+(whole disk, partition start + sector).
+"""
+
+import bisect
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+from ..db.schedules import Extent, ScheduledFile
+from .fiemap import fiemap, mappable
+from .sequence import Access
+
+
+@dataclass(frozen=True)
+class RecordedFile:
+    """A row of recording_files."""
+    dev: int
+    ino: int
+    path: Optional[bytes]
+    size: Optional[int]
+    mtime_ns: Optional[int]
+    ctime_ns: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A part of p_i: sectors on dev, and where they belong (file None: block device)."""
+    dev: int
+    sector: int
+    nr_sectors: int
+    is_meta: bool
+    file: Optional[ScheduledFile] = None
+    file_offset: int = 0
+    length: int = 0          # bytes to read (a file's last piece stops at its end)
+
+    @property
+    def end(self) -> int:
+        return self.sector + self.nr_sectors
+
+
+@dataclass
+class FileMapReport:
+    files_used: int = 0
+    skipped: Dict[str, str] = field(default_factory=dict)    # path -> why (deleted, changed, ...)
+    mapped_bytes: int = 0
+    metadata_bytes: int = 0
+    device_bytes: int = 0                                     # unflagged, kept as device ranges
+    dropped_unmapped_bytes: int = 0
+    dropped_mismatch_bytes: int = 0                           # mapped to pages the launch never added
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        d["skipped"] = {k: v for k, v in self.skipped.items()}
+        d["skipped_files"] = len(self.skipped)
+        return d
+
+
+def _sysfs_dev(dev: int) -> str:
+    return f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+
+
+def disk_of(dev: int) -> Tuple[int, int]:
+    """(whole-disk dev, start sector) of a partition; (dev, 0) for anything else."""
+    base = _sysfs_dev(dev)
+    try:
+        with open(base + "/start") as f:
+            start = int(f.read())
+        with open(base + "/../dev") as f:
+            major, minor = f.read().strip().split(":")
+        return os.makedev(int(major), int(minor)), start
+    except (OSError, ValueError):
+        return dev, 0
+
+
+def _identity_problem(rf: RecordedFile, st: os.stat_result) -> Optional[str]:
+    if st.st_dev != rf.dev or st.st_ino != rf.ino:
+        return "replaced (another inode at this path now)"
+    if rf.size is not None and st.st_size != rf.size:
+        return f"changed (size {rf.size} -> {st.st_size})"
+    if rf.mtime_ns is not None and st.st_mtime_ns != rf.mtime_ns:
+        return "changed (mtime differs)"
+    return None
+
+
+class FileMap:
+    """An index from (dev, sector) to the files of a launch, built from their FIEMAP now."""
+
+    def __init__(self, files: Iterable[RecordedFile], added_pages: Optional[Dict[Tuple[int, int], Set[int]]] = None):
+        self.report = FileMapReport()
+        self.added_pages = added_pages  # (dev, ino) -> page indexes the launch added; None: unknown
+        self.files: List[ScheduledFile] = []
+        self.extents: Dict[ScheduledFile, List[Extent]] = {}
+        # per device: sorted starts, and (start, end, file, logical_bytes, ino_key)
+        self._idx: Dict[int, List[Tuple[int, int, ScheduledFile, int, Tuple[int, int]]]] = {}
+        for rf in files:
+            self._add(rf)
+        self._starts = {dev: [e[0] for e in lst] for dev, lst in self._idx.items()}
+
+    def _add(self, rf: RecordedFile) -> None:
+        name = (rf.path or b"<unresolved>").decode("utf-8", "surrogateescape")
+        if rf.path is None:
+            self.report.skipped[f"{name} dev={rf.dev} ino={rf.ino}"] = "path not resolved at record time"
+            return
+        try:
+            st = os.stat(rf.path)
+        except FileNotFoundError:
+            self.report.skipped[name] = "deleted since recording"
+            return
+        except OSError as e:
+            self.report.skipped[name] = f"cannot stat: {e.strerror}"
+            return
+        problem = _identity_problem(rf, st)
+        if problem:
+            self.report.skipped[name] = problem
+            return
+        try:
+            exts = [e for e in fiemap(rf.path) if mappable(e)]
+        except OSError as e:
+            self.report.skipped[name] = f"no FIEMAP: {e.strerror}"
+            return
+        sf = ScheduledFile(rf.path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        self.files.append(sf)
+        self.extents[sf] = exts
+        self.report.files_used += 1
+        disk, start = disk_of(st.st_dev)
+        targets = {(st.st_dev, 0), (disk, start)}
+        for e in exts:
+            for dev, off in targets:
+                s = off + e.physical // 512
+                self._idx.setdefault(dev, []).append((s, s + (e.length + 511) // 512, sf, e.logical, (rf.dev, rf.ino)))
+        for lst in self._idx.values():
+            lst.sort(key=lambda t: t[0])
+
+    def _page_ok(self, key: Tuple[int, int], offset: int, length: int) -> bool:
+        if self.added_pages is None or key not in self.added_pages:
+            return True  # no page-cache events for this file: trust the identity check
+        pages = self.added_pages[key]
+        return any(p in pages for p in range(offset // 4096, (offset + length - 1) // 4096 + 1))
+
+    def map_access(self, a: Access) -> List[Piece]:
+        """The pieces of p_i, in disk order, with file pieces where the blocks belong to a file."""
+        out: List[Piece] = []
+        lst = self._idx.get(a.dev, [])
+        starts = self._starts.get(a.dev, [])
+        cur, end = a.sector, a.end
+        i = max(0, bisect.bisect_right(starts, cur) - 1)
+        while cur < end:
+            # next extent overlapping [cur, end)
+            while i < len(lst) and lst[i][1] <= cur:
+                i += 1
+            if i >= len(lst) or lst[i][0] >= end:
+                out.append(self._unmapped(a, cur, end))
+                break
+            s, e, sf, logical, key = lst[i]
+            if s > cur:
+                out.append(self._unmapped(a, cur, s))
+                cur = s
+            pe = min(e, end)
+            offset = logical + (cur - s) * 512
+            length = max(0, min((pe - cur) * 512, sf.size - offset))
+            if length and self._page_ok(key, offset, length):
+                out.append(Piece(a.dev, cur, pe - cur, a.is_meta, sf, offset, length))
+                self.report.mapped_bytes += length
+            elif length:
+                self.report.dropped_mismatch_bytes += length
+            cur = pe
+            i += 1
+        return [p for p in out if p is not None]
+
+    def _unmapped(self, a: Access, s: int, e: int) -> Optional[Piece]:
+        n = (e - s) * 512
+        if a.is_meta:
+            self.report.metadata_bytes += n
+            return Piece(a.dev, s, e - s, True, None, 0, n)
+        if self.report.skipped:
+            self.report.dropped_unmapped_bytes += n
+            return None
+        self.report.device_bytes += n
+        return Piece(a.dev, s, e - s, False, None, 0, n)

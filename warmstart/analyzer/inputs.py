@@ -1,0 +1,73 @@
+"""What the analyzer reads from a recording: the app, its recordings, requests, files, page adds.
+
+Plain SELECTs on the tables of schema.py (read-only), returning the analyzer's own types.
+"""
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+from ..errors import WarmstartError
+from .filemap import RecordedFile
+from .sequence import Request
+
+
+@dataclass
+class RecordingInfo:
+    id: int
+    launch_time_s: float
+    lost_events: int
+    status: str
+    cpu_total_s: Optional[float]
+
+
+def app_id(conn: sqlite3.Connection, name: str) -> int:
+    row = conn.execute("SELECT id FROM apps WHERE name = ?", (name,)).fetchone()
+    if row is None:
+        known = [r[0] for r in conn.execute("SELECT name FROM apps ORDER BY name LIMIT 10")]
+        hint = f" (known: {', '.join(known)})" if known else ""
+        raise WarmstartError(f"no app named {name!r}{hint}: record it first with "
+                             f"`warmstart record --name {name} -- CMD`")
+    return row[0]
+
+
+def recordings(conn: sqlite3.Connection, app: int, ids: Optional[Sequence[int]] = None) -> List[RecordingInfo]:
+    rows = conn.execute("SELECT id, launch_time_s, lost_events, status, cpu_total_s FROM recordings"
+                        " WHERE app_id = ? ORDER BY id", (app,)).fetchall()
+    out = [RecordingInfo(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+    if ids:
+        missing = set(ids) - {r.id for r in out}
+        if missing:
+            raise WarmstartError(f"recording(s) {sorted(missing)} do not belong to this app: "
+                                 f"see `warmstart recordings` for the ids")
+        out = [r for r in out if r.id in set(ids)]
+    return out
+
+
+def requests(conn: sqlite3.Connection, rid: int) -> List[Request]:
+    rows = conn.execute("SELECT dev, sector, nr_sectors, is_write, is_meta, cpu_before_ns FROM block_requests"
+                        " WHERE recording_id = ? ORDER BY seq", (rid,))
+    return [Request(r[0], r[1], r[2], bool(r[3]), bool(r[4]), r[5] or 0) for r in rows]
+
+
+def files(conn: sqlite3.Connection, rids: Sequence[int]) -> List[RecordedFile]:
+    """The files of the recordings; for a (dev, ino) in several, the newest recording's row."""
+    by_key: Dict[Tuple[int, int], RecordedFile] = {}
+    for rid in sorted(rids):
+        for r in conn.execute("SELECT dev, ino, path, size, mtime_ns, ctime_ns FROM recording_files"
+                              " WHERE recording_id = ?", (rid,)):
+            by_key[(r[0], r[1])] = RecordedFile(r[0], r[1], bytes(r[2]) if r[2] is not None else None,
+                                                r[3], r[4], r[5])
+    return list(by_key.values())
+
+
+def added_pages(conn: sqlite3.Connection, rids: Sequence[int]) -> Optional[Dict[Tuple[int, int], Set[int]]]:
+    """(dev, ino) -> page indexes the launches added to the page cache; None without such events."""
+    out: Dict[Tuple[int, int], Set[int]] = {}
+    any_rows = False
+    for rid in rids:
+        for dev, ino, first, n in conn.execute("SELECT dev, ino, first_index, nr_pages FROM page_cache_adds"
+                                               " WHERE recording_id = ?", (rid,)):
+            any_rows = True
+            out.setdefault((dev, ino), set()).update(range(first, first + n))
+    return out if any_rows else None

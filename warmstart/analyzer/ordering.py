@@ -1,0 +1,52 @@
+"""The fetch order inside a segment: metadata first, then data, each in LBA order.
+
+The kernel must read an inode, directory or extent block before it can issue the data reads that
+depend on it (and so must the replayer's own file reads), so a segment's metadata ranges are
+fetched at its start in one LBA-sorted sweep, followed by one LBA-sorted sweep of its data
+(Paralfetch, FAST '23, does the same). With metadata_first=False a segment is one sweep, as in
+the paper's SORT().
+
+All pieces of P are sorted once by (kind, dev, sector); a segment's order is then the subsequence
+of that global order whose items fall in [a, b], which numpy selects in one pass.
+"""
+
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from .filemap import Piece
+
+
+class PieceTable:
+    """The pieces of every p_i, flattened: item index, dev, byte start, byte length, kind."""
+
+    def __init__(self, pieces_per_item: Sequence[Sequence[Piece]], metadata_first: bool = True):
+        self.pieces: List[Piece] = []
+        item = []
+        for i, ps in enumerate(pieces_per_item):
+            for p in ps:
+                self.pieces.append(p)
+                item.append(i)
+        self.metadata_first = metadata_first
+        n = len(self.pieces)
+        self.item = np.array(item, dtype=np.int64)
+        self.dev = np.array([p.dev for p in self.pieces], dtype=np.int64)
+        self.start = np.array([p.sector * 512 for p in self.pieces], dtype=np.int64)
+        self.length = np.array([p.nr_sectors * 512 for p in self.pieces], dtype=np.int64)
+        kind = np.array([0 if (p.is_meta and p.file is None and metadata_first) else 1 for p in self.pieces],
+                        dtype=np.int64)
+        self.kind = kind
+        self.order = np.lexsort((self.start, self.dev, kind)) if n else np.zeros(0, dtype=np.int64)
+        self._item_sorted = self.item[self.order]
+
+    def indexes(self, a: int, b: int) -> np.ndarray:
+        """Piece indexes of p[a..b] in fetch order."""
+        sel = (self._item_sorted >= a) & (self._item_sorted <= b)
+        return self.order[sel]
+
+    def arrays(self, a: int, b: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        idx = self.indexes(a, b)
+        return self.dev[idx], self.start[idx], self.length[idx]
+
+    def segment_pieces(self, a: int, b: int) -> List[Piece]:
+        return [self.pieces[i] for i in self.indexes(a, b)]

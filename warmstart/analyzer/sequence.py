@@ -1,0 +1,198 @@
+"""The launch sequence P = (p1..pn) of the paper, built from one or several recordings.
+
+p_i = (dev, LBA, size, c_i). Writes are dropped (a prefetcher reads), re-reads of blocks already
+fetched in the launch are dropped (they were in the cache at replay time), the order is the first
+access, and requests that continue the previous one on the disk are merged.
+
+c_i, following Algorithm 1, is the CPU time the app spends *after* p_i arrives and before it needs
+the next block: the recorder stores cpu_before_ns (CPU since the previous request), so
+c_i = cpu_before(p_{i+1}), c_n = the CPU after the last request (cpu_total - sum), and the CPU
+before the first request is folded into c_1 (it also runs only once the pre-buffer is in).
+
+Several recordings merge at 4 KiB block granularity: a block is kept when at least K of the N
+recordings read it, ordered by the median of its normalised first-access position; the CPU time a
+recording attributes to a request is spread over its blocks and averaged over the N recordings.
+"""
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+BLOCK_SECTORS = 8  # 4 KiB: the merge granularity, the page size
+
+
+@dataclass(frozen=True)
+class Request:
+    """One recorded block request (a row of block_requests), in issue order."""
+    dev: int
+    sector: int
+    nr_sectors: int
+    is_write: bool = False
+    is_meta: bool = False
+    cpu_before_ns: int = 0
+
+
+@dataclass
+class Access:
+    """p_i: a read of nr_sectors at sector of dev, then cpu_ns of CPU before the next one."""
+    dev: int
+    sector: int
+    nr_sectors: int
+    cpu_ns: int
+    is_meta: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.sector + self.nr_sectors
+
+
+@dataclass
+class Coverage:
+    recording_id: int
+    read_bytes: int
+    covered_bytes: int
+
+    @property
+    def fraction(self) -> float:
+        return self.covered_bytes / self.read_bytes if self.read_bytes else 1.0
+
+
+@dataclass
+class LaunchSequence:
+    accesses: List[Access]
+    recording_ids: List[int]
+    coverage: List[Coverage] = field(default_factory=list)
+    dropped_writes: int = 0
+    dropped_rereads: int = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(a.nr_sectors for a in self.accesses) * 512
+
+    @property
+    def cpu_ns(self) -> int:
+        return sum(a.cpu_ns for a in self.accesses)
+
+
+class _Seen:
+    """Sector intervals already fetched, per device: subtract() returns the parts not yet seen."""
+
+    def __init__(self):
+        self._by_dev: Dict[int, List[Tuple[int, int]]] = {}
+
+    def subtract(self, dev: int, start: int, end: int) -> List[Tuple[int, int]]:
+        out, cur = [], start
+        for s, e in self._by_dev.get(dev, ()):
+            if e <= cur or s >= end:
+                continue
+            if s > cur:
+                out.append((cur, s))
+            cur = max(cur, e)
+            if cur >= end:
+                break
+        if cur < end:
+            out.append((cur, end))
+        return out
+
+    def add(self, dev: int, start: int, end: int) -> None:
+        ivs = self._by_dev.setdefault(dev, [])
+        ivs.append((start, end))
+        ivs.sort()
+        merged: List[Tuple[int, int]] = []
+        for s, e in ivs:
+            if merged and s <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+            else:
+                merged.append((s, e))
+        self._by_dev[dev] = merged
+
+
+def from_requests(requests: Sequence[Request], tail_cpu_ns: int = 0, merge: bool = True) -> LaunchSequence:
+    """P of one recording. tail_cpu_ns: CPU after the last request (cpu_total - sum of cpu_before)."""
+    seen = _Seen()
+    out: List[Access] = []
+    pending_cpu = 0  # CPU before the next kept access, from dropped requests too
+    writes = rereads = 0
+    for r in requests:
+        pending_cpu += r.cpu_before_ns
+        if r.is_write:
+            writes += 1
+            continue
+        parts = seen.subtract(r.dev, r.sector, r.sector + r.nr_sectors)
+        if not parts:
+            rereads += 1
+            continue
+        seen.add(r.dev, r.sector, r.sector + r.nr_sectors)
+        for i, (s, e) in enumerate(parts):
+            # The CPU before this request belongs to the previous access (c_{i-1}); before p1, to p1.
+            if out:
+                out[-1].cpu_ns += pending_cpu
+                pending_cpu = 0
+            out.append(Access(r.dev, s, e - s, pending_cpu, r.is_meta))
+            pending_cpu = 0
+    if out:
+        out[-1].cpu_ns += pending_cpu + max(0, tail_cpu_ns)
+    seq = LaunchSequence(merge_adjacent(out) if merge else out, [], dropped_writes=writes, dropped_rereads=rereads)
+    return seq
+
+
+def merge_adjacent(accesses: Iterable[Access]) -> List[Access]:
+    """Merge p_{i+1} into p_i when it starts where p_i ends on the same device (and kind)."""
+    out: List[Access] = []
+    for a in accesses:
+        if out and out[-1].dev == a.dev and out[-1].end == a.sector and out[-1].is_meta == a.is_meta:
+            out[-1].nr_sectors += a.nr_sectors
+            out[-1].cpu_ns += a.cpu_ns
+        else:
+            out.append(Access(a.dev, a.sector, a.nr_sectors, a.cpu_ns, a.is_meta))
+    return out
+
+
+def _blocks(a: Access):
+    first = a.sector // BLOCK_SECTORS
+    last = (a.end - 1) // BLOCK_SECTORS
+    return range(first, last + 1)
+
+
+def merge_recordings(seqs: Sequence[Tuple[int, LaunchSequence]], k: int) -> LaunchSequence:
+    """Merge the P of N recordings: blocks read by >= k of them, by median first-access position."""
+    n = len(seqs)
+    if n == 0:
+        raise ValueError("no recordings to merge")
+    if n == 1:
+        rid, s = seqs[0]
+        s.recording_ids = [rid]
+        s.coverage = [Coverage(rid, s.total_bytes, s.total_bytes)]
+        return s
+    k = max(1, min(k, n))
+    pos: Dict[Tuple[int, int], List[float]] = {}
+    cpu: Dict[Tuple[int, int], float] = {}
+    meta: Dict[Tuple[int, int], bool] = {}
+    for _, s in seqs:
+        nblocks = sum(len(_blocks(a)) for a in s.accesses) or 1
+        i = 0
+        mine = set()  # a 4 KiB block can be shared by two unaligned accesses: first one counts
+        for a in s.accesses:
+            blocks = _blocks(a)
+            for b in blocks:
+                key = (a.dev, b)
+                if key not in mine:
+                    mine.add(key)
+                    pos.setdefault(key, []).append(i / nblocks)
+                cpu[key] = cpu.get(key, 0.0) + a.cpu_ns / len(blocks) / n
+                meta[key] = meta.get(key, False) or a.is_meta
+                i += 1
+    kept = sorted((statistics.median(p), key) for key, p in pos.items() if len(p) >= k)
+    keptset = {key for _, key in kept}
+    accesses = [Access(dev, b * BLOCK_SECTORS, BLOCK_SECTORS, int(round(cpu[(dev, b)])), meta[(dev, b)])
+                for _, (dev, b) in kept]
+    coverage = []
+    for rid, s in seqs:
+        read = covered = 0
+        for a in s.accesses:
+            for b in _blocks(a):
+                read += 4096
+                covered += 4096 if (a.dev, b) in keptset else 0
+        coverage.append(Coverage(rid, read, covered))
+    return LaunchSequence(merge_adjacent(accesses), [rid for rid, _ in seqs], coverage,
+                          sum(s.dropped_writes for _, s in seqs), sum(s.dropped_rereads for _, s in seqs))

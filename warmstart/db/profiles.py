@@ -1,0 +1,30 @@
+"""All SQL for device_profiles: store a measured DiskProfile, find the newest one for a device."""
+
+import sqlite3
+import time
+from typing import Optional, Tuple
+
+from ..analyzer.diskmodel import DiskProfile
+
+
+def save_profile(conn: sqlite3.Connection, device: str, dev: int, profile: DiskProfile, duration_s: float) -> int:
+    cur = conn.execute(
+        "INSERT INTO device_profiles (device, dev, size_bytes, measured_at, duration_s, profile_json)"
+        " VALUES (?,?,?,?,?,?)", (device, dev, profile.size_bytes, time.time(), duration_s, profile.to_json()))
+    return cur.lastrowid
+
+
+def latest_profile(conn: sqlite3.Connection, dev: int, size_bytes: Optional[int] = None) -> Optional[Tuple[int, DiskProfile]]:
+    """(id, profile) of the newest profile of dev (and of that size, since loop numbers get reused)."""
+    sql = "SELECT id, profile_json FROM device_profiles WHERE dev = ?"
+    args = [dev]
+    if size_bytes is not None:
+        sql += " AND size_bytes = ?"
+        args.append(size_bytes)
+    row = conn.execute(sql + " ORDER BY id DESC LIMIT 1", args).fetchone()
+    return None if row is None else (row["id"], DiskProfile.from_json(row["profile_json"]))
+
+
+def get_profile(conn: sqlite3.Connection, profile_id: int) -> Optional[DiskProfile]:
+    row = conn.execute("SELECT profile_json FROM device_profiles WHERE id = ?", (profile_id,)).fetchone()
+    return None if row is None else DiskProfile.from_json(row["profile_json"])
