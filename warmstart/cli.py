@@ -56,6 +56,10 @@ def cli(ctx, db_path):
 
 # Subcommands, one module each (warmstart/commands/); the list is the CLI's table of contents.
 # --- commands: each helper adds its own line here ---
+from .commands.analyze import analyze; cli.add_command(analyze)  # noqa: E402
+from .commands.profile_disk import profile_disk; cli.add_command(profile_disk)  # noqa: E402
+from .commands.show import show; cli.add_command(show)  # noqa: E402
+from .commands.bench import bench; cli.add_command(bench)  # noqa: E402
 from .commands.hook import hook; cli.add_command(hook)  # noqa: E402
 from .commands.relocate import relocate; cli.add_command(relocate)  # noqa: E402
 from .commands.run import run; cli.add_command(run)  # noqa: E402

@@ -1,0 +1,68 @@
+"""`warmstart bench`: run the comparison matrix and write docs/benchmarks.md."""
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from ..cli import emit, json_option
+from ..paths import REPO_ROOT
+from ..report import apps as appcat
+from ..report.bench import ALL_MODES, DISKS, BenchConfig, run_bench
+from ..report.markdown import render
+
+
+def _split(value):
+    return [x for x in (value or "").split(",") if x]
+
+
+@click.command("bench")
+@click.option("--disk", type=click.Choice(DISKS), default="hdd7200", show_default=True,
+              help="Emulated 7200 rpm HDD, emulated SSD, or this machine's own disk.")
+@click.option("--apps", "app_names", metavar="LIST",
+              help=f"Comma-separated built-in apps (default all: {', '.join(appcat.catalogue())}).")
+@click.option("--app", "extra_apps", multiple=True, metavar="NAME=COMMAND",
+              help="Add an app; on an emulated disk COMMAND runs chrooted in its system image.")
+@click.option("--reps", default=5, show_default=True, type=int, help="Repetitions of every mode.")
+@click.option("--modes", metavar="LIST", default=",".join(ALL_MODES), show_default=True,
+              help="Comma-separated modes to measure.")
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds one launch may take.")
+@click.option("--no-timeline", is_flag=True, help="Do not sample repetition 1 for the timeline figure.")
+@click.option("--markdown", type=click.Path(dir_okay=False),
+              default=str(REPO_ROOT / "docs" / "benchmarks.md"), show_default=True,
+              help="Where to write the markdown table.")
+@json_option
+@click.pass_obj
+def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, markdown, as_json):
+    """Measure cold, interleave, reorder, segmented (paper and ours) and warm launches.
+
+    Brings up the disk, records and analyzes each app once, then runs every mode REPS times,
+    round-robin, checking each launch's exit status and output against a plain run. Launches
+    are stored under one bench id: `warmstart report --bench latest` shows them.
+
+    \b
+    Examples:
+      warmstart bench --disk hdd7200
+      warmstart bench --disk hdd7200 --apps synth --reps 1
+      warmstart bench --disk ssd --apps python,gcc --modes cold,reorder,segmented,warm
+      warmstart bench --disk real --app ls='ls -l /usr/bin' --json > bench.json
+    """
+    cfg = BenchConfig(disk=disk, apps=appcat.select(_split(app_names), extra_apps), reps=reps,
+                      modes=_split(modes), timeout=timeout, timeline=not no_timeline, markdown=None)
+    conn = ctx.db
+    steps = len(cfg.apps) * (1 + reps * len(cfg.modes))
+    say = (lambda msg: click.echo(msg, err=True))
+    with click.progressbar(length=steps, label="bench", file=click.get_text_stream("stderr"),
+                           item_show_func=lambda x: x) as bar:
+        doc = run_bench(conn, ctx.db_path or conn.execute("PRAGMA database_list").fetchone()[2], cfg,
+                        say=say, progress=lambda label: bar.update(1, label))
+    doc["command"] = "warmstart " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if markdown:
+        from ..report.markdown import write_markdown
+        write_markdown(doc, Path(markdown), doc["command"])
+        doc["markdown"] = markdown
+    emit(doc, as_json, lambda: render(doc, doc["command"]))
+    if doc["problems"]:
+        raise click.ClickException(f"{len(doc['problems'])} launches were incorrect or not prefetched "
+                                   f"(listed above): these results are not valid")

@@ -1,0 +1,348 @@
+"""`warmstart bench`: the comparison matrix, the only source of warmstart's performance claims.
+
+For each app on the disk under test: a plain reference run, a recording (reused when it still
+matches the disk), two schedules (the paper's Algorithm 1 and ours), the lower bound's sorted
+pass (build/warmstart-probe, O_DIRECT), then `reps` repetitions of every mode, round-robin over
+apps and modes within a repetition so drift hits all modes alike. Every launch is checked against
+the reference run (exit status and output) and stored in `launches` under one bench_id.
+
+record and analyze run as the real CLI commands (a subprocess each, once per app): they are the
+interface those stages promise, and their cost is outside every measured launch.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence
+
+from ..db import launches as launches_db
+from ..db.schedules import list_schedules
+from ..errors import WarmstartError
+from ..launching import parse_until
+from ..paths import helper_binary
+from ..replay.export import block_device_node
+from ..replay.runner import run_launch
+from . import apps as appcat, stats, summary
+from .sampler import LaunchSampler, block_name
+
+ALL_MODES = ("cold", "cold-traced", "interleave", "reorder", "segmented-paper", "segmented", "warm")
+DISKS = ("hdd7200", "ssd", "real")
+# mode -> (replayer mode or "none", schedule algorithm to activate: "paper", "ours" or None)
+PLAN = {"cold": ("none", None), "warm": ("none", None), "interleave": ("interleave", "ours"),
+        "reorder": ("reorder", "ours"), "segmented-paper": ("segmented", "paper"),
+        "segmented": ("segmented", "ours")}
+
+
+@dataclass
+class BenchConfig:
+    disk: str = "hdd7200"
+    apps: List[appcat.App] = field(default_factory=list)
+    reps: int = 5
+    modes: Sequence[str] = ALL_MODES
+    timeout: float = 120.0
+    timeline: bool = True          # sample repetition 1 of each launch for the timeline figure
+    markdown: Optional[Path] = None
+
+
+class DiskUnderTest:
+    """The emulated disk holding the system image (chroot) or the machine's own disk."""
+
+    def __init__(self, kind: str, say):
+        self.kind, self.say, self.emu = kind, say, None
+
+    def __enter__(self):
+        if self.kind == "real":
+            self.files_dir = Path("/var/tmp/warmstart-bench")
+            self.files_dir.mkdir(parents=True, exist_ok=True)
+            self.fs_dev = os.stat(self.files_dir).st_dev
+            self.wrap = list
+            self.catalogue_dir = str(self.files_dir)
+            self.dev_sectors = None
+            return self
+        from ..emudisk.disk import EmuDisk
+        self.say(f"bringing up the emulated {self.kind} disk with the system image (first time: minutes)")
+        self.emu = EmuDisk.up(f"bench-{self.kind}", profile=self.kind, image="system")
+        self.files_dir = self.emu.mountpoint / appcat.FILES_DIR.lstrip("/")
+        self.fs_dev = self.emu.dev
+        self.wrap = self.emu.chroot_argv
+        self.catalogue_dir = appcat.FILES_DIR
+        size = Path("/sys/block") / block_name(self.emu.loop_dev) / "size"
+        self.dev_sectors = int(size.read_text())
+        return self
+
+    def __exit__(self, *exc):
+        if self.emu is not None:
+            self.emu.down()
+        return False
+
+
+def drop_caches() -> None:
+    """Write back, then drop the page cache, dentries and inodes: the cold start of every mode."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def _cli(db_path, *args, timeout=900) -> dict:
+    """Run a warmstart subcommand with --json against the bench's database; its JSON output."""
+    argv = [sys.executable, "-m", "warmstart", "--db", str(db_path), *args]
+    r = subprocess.run(argv, capture_output=True, timeout=timeout)
+    if r.returncode != 0:
+        raise WarmstartError(f"`warmstart {' '.join(args[:3])} ...` failed during bench: "
+                             f"{r.stderr.decode(errors='replace').strip()[-500:]}")
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        raise WarmstartError(f"`warmstart {args[0]}` printed no JSON: {r.stdout[:200]!r}")
+
+
+def _find(doc, key):
+    """The first value of key anywhere in a JSON document (the recorder's layout may nest it)."""
+    if isinstance(doc, dict):
+        if key in doc:
+            return doc[key]
+        doc = list(doc.values())
+    if isinstance(doc, list):
+        for v in doc:
+            found = _find(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def recording_matches(conn, name: str, fs_dev: int) -> bool:
+    """Is the app's latest recording of files on this very file system (same dev, inodes, sizes)?
+    An emulated disk brought up again may get another loop device: then it must be re-recorded."""
+    row = conn.execute("SELECT r.id FROM recordings r JOIN apps a ON a.id = r.app_id WHERE a.name = ?"
+                       " AND r.status = 'ok' ORDER BY r.id DESC LIMIT 1", (name,)).fetchone()
+    if row is None:
+        return False
+    files = conn.execute("SELECT path, ino, size FROM recording_files WHERE recording_id = ? AND dev = ?"
+                         " AND path IS NOT NULL LIMIT 50", (row[0], fs_dev)).fetchall()
+    if not files:
+        return False
+    for path, ino, size in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_ino != ino or (size is not None and st.st_size != size) or st.st_dev != fs_dev:
+            return False
+    return True
+
+
+def activate(conn, name: str, schedule_id: int) -> None:
+    """Make schedule_id the one `run` uses (bench alternates the paper's and ours)."""
+    conn.execute("UPDATE schedules SET active = (id = ?) WHERE app_id = (SELECT id FROM apps WHERE name = ?)",
+                 (schedule_id, name))
+
+
+def sorted_pass_s(conn, name: str, repeat: int = 3) -> Optional[dict]:
+    """Time to read all of the launch's blocks in one LBA-sorted pass (O_DIRECT probe), from the
+    app's latest recording: the disk half of the lower bound."""
+    rec = conn.execute("SELECT r.id FROM recordings r JOIN apps a ON a.id = r.app_id WHERE a.name = ?"
+                       " ORDER BY r.id DESC LIMIT 1", (name,)).fetchone()
+    reqs = conn.execute("SELECT dev, sector, nr_sectors FROM block_requests WHERE recording_id = ?"
+                        " AND is_write = 0 AND nr_sectors > 0", (rec[0],)).fetchall() if rec else []
+    if not reqs:
+        return None
+    dev = max({r[0] for r in reqs}, key=lambda d: sum(x[2] for x in reqs if x[0] == d))  # the main disk
+    ranges, end = [], -1
+    for _, sector, nr in sorted((r for r in reqs if r[0] == dev), key=lambda r: r[1]):
+        if ranges and sector <= end:  # overlapping or adjacent requests read once
+            ranges[-1][1] = max(end, sector + nr) - ranges[-1][0]
+        else:
+            ranges.append([sector, nr])
+        end = ranges[-1][0] + ranges[-1][1]
+    with tempfile.NamedTemporaryFile("w", suffix=".ranges") as f:
+        f.write("".join(f"{s * 512} {n * 512}\n" for s, n in ranges))
+        f.flush()
+        node = os.fsdecode(block_device_node(dev))
+        r = subprocess.run([str(helper_binary("warmstart-probe")), "-r", str(repeat), "-f", f.name, node],
+                           capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise WarmstartError(f"warmstart-probe failed on {node}: {r.stderr.strip()}")
+    out = json.loads(r.stdout)
+    runs = out.get("runs") or [out["elapsed_ns"]]
+    return {"seconds": stats.spread(x / 1e9 for x in runs).median, "bytes": sum(n for _, n in ranges) * 512,
+            "ranges": len(ranges), "device": node}
+
+
+def _segment_ends(replay: Optional[dict]) -> list:
+    """Monotonic end times of the replayer's segments (its stats give them from its start)."""
+    if not replay or not replay.get("segments"):
+        return []
+    base = replay.get("start_mono_ns") or 0
+    return [base + s["t_end_ns"] if s["t_end_ns"] < base else s["t_end_ns"]
+            for s in replay["segments"] if s.get("t_end_ns")]
+
+
+def _store_timeline(conn, launch_id: int, tl: dict) -> None:
+    # The one write bench makes to a stored launch: the sampled timeline for the report's figure.
+    conn.execute("UPDATE launches SET details_json = json_set(details_json, '$.timeline', json(?)) WHERE id = ?",
+                 (json.dumps(tl), launch_id))
+
+
+def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = print,
+              progress: Optional[Callable[[str], None]] = None) -> dict:
+    """Run the whole matrix; returns the JSON document (also the source of the markdown)."""
+    if os.geteuid() != 0:
+        raise WarmstartError("bench needs root (emulated disks, drop_caches, tracefs): run it as root")
+    if cfg.disk not in DISKS:
+        raise WarmstartError(f"unknown --disk {cfg.disk!r}: use one of {', '.join(DISKS)}")
+    bad = [m for m in cfg.modes if m not in ALL_MODES]
+    if bad or not cfg.modes:
+        raise WarmstartError(f"unknown mode {', '.join(bad) or '(none)'}: use some of {', '.join(ALL_MODES)}")
+    if cfg.reps < 1:
+        raise WarmstartError("--reps must be at least 1")
+    bench_id = time.strftime("%Y%m%d-%H%M%S-") + cfg.disk
+    tick = progress or (lambda label: None)
+    doc = {"bench_id": bench_id, "disk": cfg.disk, "reps": cfg.reps, "modes": list(cfg.modes),
+           "started_at": time.time(), "kernel": os.uname().release, "apps": {}, "problems": []}
+    until = parse_until("exit")
+    with DiskUnderTest(cfg.disk, say) as dut:
+        catalogue = {a.name: a for a in cfg.apps}
+        if any(a.builtin for a in cfg.apps):
+            builtin = appcat.catalogue(dut.catalogue_dir)
+            catalogue.update({n: builtin[n] for n, a in catalogue.items() if a.builtin})
+        apps = list(catalogue.values())
+        appcat.install_files(apps, dut.files_dir)
+        prepared = {}
+        for app in apps:
+            name = f"{app.name}-{cfg.disk}"
+            argv = dut.wrap(app.argv)
+            drop_caches()
+            ref = run_launch(conn, argv, "none", until, name=None, store=False, passthrough=False,
+                             timeout=cfg.timeout)
+            if ref.end_reason == "timeout":
+                raise WarmstartError(f"{app.name} did not finish within {cfg.timeout:.0f} s in a plain run: "
+                                     f"check the command ({' '.join(app.argv)[:80]})")
+            info = {"name": name, "argv": app.argv, "reference": {"exit_status": ref.exit_status,
+                                                                  "output_bytes": len(ref.output)}}
+            if recording_matches(conn, name, dut.fs_dev):
+                info["recorded"] = "reused"
+            else:
+                say(f"recording {name}")
+                _cli(db_path, "record", "--name", name, "--json", "--", *argv)
+                info["recorded"] = "now"
+            say(f"analyzing {name} (paper and ours)")
+            _cli(db_path, "analyze", name, "--algorithm", "paper", "--json")
+            _cli(db_path, "analyze", name, "--json")
+            scheds = list_schedules(conn, name)
+            paper = max((s["id"] for s in scheds if s["algorithm"] == "paper"), default=None)
+            ours = max((s["id"] for s in scheds if s["algorithm"] != "paper"), default=None)
+            if paper is None or ours is None:
+                raise WarmstartError(f"analyze stored no {'paper' if paper is None else 'default'} schedule "
+                                     f"for {name}: run `warmstart analyze {name}` to see why")
+            info["schedules"] = {"paper": paper, "ours": ours}
+            info["sorted_pass"] = sorted_pass_s(conn, name)
+            prepared[app.name] = (app, name, argv, ref, info)
+            doc["apps"][app.name] = info
+            tick(f"prepared {app.name}")
+
+        for rep in range(cfg.reps):
+            for app, name, argv, ref, info in prepared.values():
+                for mode in cfg.modes:
+                    _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until)
+                    tick(f"rep {rep + 1} {app.name} {mode}")
+        if prepared:
+            activate_all = [(n, i["schedules"]["ours"]) for _, n, _, _, i in prepared.values()]
+            for n, sid in activate_all:
+                activate(conn, n, sid)  # leave our algorithm's schedule active, as analyze does
+    doc["finished_at"] = time.time()
+    doc["results"] = results(conn, bench_id, doc)
+    if cfg.markdown:
+        from .markdown import write_markdown
+        write_markdown(doc, cfg.markdown)
+    return doc
+
+
+def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until):
+    """One measured launch of app in mode, checked against the reference run and stored."""
+    if mode == "cold-traced":
+        # The recorder's own cold launch, traced, stored in a scratch database: its tracing overhead.
+        with tempfile.TemporaryDirectory(prefix="warmstart-bench-") as tmp:
+            out = _cli(Path(tmp) / "scratch.db", "record", "--name", name, "--json", "--", *argv)
+        t = _find(out, "launch_time_s")
+        status = _find(out, "exit_status")
+        if t is None:
+            doc["problems"].append(f"{app.name} cold-traced: the recorder's JSON has no launch_time_s")
+            return
+        launches_db.insert_launch(conn, app_id=_app_id(conn, name), mode="cold-traced", disk=cfg.disk,
+                                  launch_time_s=float(t), exit_status=status, bench_id=bench_id,
+                                  details={"rep": rep, "source": "warmstart record (scratch db)"})
+        if status is not None and status != ref.exit_status:
+            doc["problems"].append(f"{app.name} cold-traced rep {rep + 1}: exit status {status}, "
+                                   f"plain run {ref.exit_status}")
+        return
+    rmode, algorithm = PLAN[mode]
+    if algorithm:
+        activate(conn, name, info["schedules"][algorithm])
+    if mode == "warm":
+        run_launch(conn, argv, "none", until, name=name, store=False, passthrough=False, timeout=cfg.timeout)
+    else:
+        drop_caches()
+    sampler = None
+    if cfg.timeline and rep == 0:
+        sampler = LaunchSampler(block_name(dut.emu.loop_dev) if dut.emu else _host_block(dut.fs_dev),
+                                dut.emu.dev if dut.emu else dut.fs_dev)
+        sampler.__enter__()
+    try:
+        out = run_launch(conn, argv, rmode, until, name=name, record_mode=mode if rmode == "none" else None,
+                         disk=cfg.disk, bench_id=bench_id, passthrough=False, timeout=cfg.timeout)
+    finally:
+        if sampler:
+            sampler.__exit__(None, None, None)
+    replay = out.replay_stats
+    if sampler and out.launch_id:
+        t0 = (replay or {}).get("start_mono_ns") or sampler.start_ns
+        _store_timeline(conn, out.launch_id, sampler.timeline(dut.dev_sectors, _segment_ends(replay), t0))
+    where = f"{app.name} {mode} rep {rep + 1}"
+    if out.exit_status != ref.exit_status:
+        doc["problems"].append(f"{where}: exit status {out.exit_status}, plain run {ref.exit_status}")
+    elif out.output != ref.output:
+        doc["problems"].append(f"{where}: output differs from the plain run's")
+    if rmode != "none" and not out.prefetched:
+        doc["problems"].append(f"{where}: not prefetched ({'; '.join(out.notes)})")
+
+
+def _app_id(conn, name):
+    return conn.execute("SELECT id FROM apps WHERE name = ?", (name,)).fetchone()[0]
+
+
+def _host_block(fs_dev: int) -> str:
+    """sysfs name of the whole disk holding a host file system (for io_ticks)."""
+    part = os.path.realpath(f"/sys/dev/block/{os.major(fs_dev)}:{os.minor(fs_dev)}")
+    parent = os.path.dirname(part)
+    return os.path.basename(parent if os.path.exists(os.path.join(parent, "stat")) and
+                            os.path.exists(os.path.join(part, "partition")) else part)
+
+
+def results(conn, bench_id: str, doc: dict) -> dict:
+    """Per app: medians, min-max, ratios to cold, LB and the comparisons the issue asks for."""
+    rows = summary.load_launches(conn, bench_id=bench_id)
+    out = {}
+    for s in summary.summarize(rows, prefetch_method="segmented"):
+        base = s["app"].rsplit("-", 1)[0]
+        info = doc["apps"].get(base, {})
+        m = {k: v["median"] for k, v in s["methods"].items()}
+        sp = (info.get("sorted_pass") or {}).get("seconds")
+        lb = stats.lower_bound(m.get("warm"), sp)
+        baselines = [x for x in (m.get("reorder"), m.get("interleave")) if x is not None]
+        best_baseline = min(baselines) if baselines else None
+        out[base] = {
+            "app": s["app"], "methods": s["methods"], "lower_bound_s": lb, "sorted_pass_s": sp,
+            "failed_launches": s["failed_launches"],
+            "segmented_vs_reorder": stats.ratio(m.get("segmented"), m.get("reorder")),
+            "segmented_paper_vs_reorder": stats.ratio(m.get("segmented-paper"), m.get("reorder")),
+            "segmented_vs_lb": stats.ratio(m.get("segmented"), lb),
+            "segmented_vs_cold": stats.ratio(m.get("segmented"), m.get("cold")),
+            "segmented_vs_best_baseline": stats.ratio(m.get("segmented"), best_baseline),
+            "tracing_overhead": stats.ratio(m.get("cold-traced"), m.get("cold")),
+        }
+    return out
