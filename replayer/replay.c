@@ -145,7 +145,7 @@ static int open_checked(struct ctx *c, uint32_t no)
 		close(fd);
 		return FD_SKIPPED;
 	}
-	fcntl(fd, F_SETFL, 0);   /* back to blocking for the reads */
+	fcntl(fd, F_SETFL, flags & ~O_NONBLOCK & ~O_NOCTTY & ~O_CLOEXEC & ~O_RDONLY);   /* back to blocking; keeps O_NOATIME */
 	/* The schedule says exactly what to read: no kernel readahead around our reads. */
 	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
 	if (!c->ever_opened[no]) {

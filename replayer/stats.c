@@ -19,6 +19,22 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/* Peak RSS of this program: VmHWM. (ru_maxrss would include the parent's peak: the kernel
+ * carries it across fork+exec.) */
+static long vm_hwm_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
 static unsigned long long since(const struct replay_stats *st, unsigned long long t)
 {
 	return t ? t - st->start_mono_ns : 0;
@@ -64,7 +80,7 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 		"\"engine_calls\": %llu, \"io_errors\": %llu,\n",
 		(unsigned long long)ru.ru_utime.tv_sec * 1000000000ull + ru.ru_utime.tv_usec * 1000ull,
 		(unsigned long long)ru.ru_stime.tv_sec * 1000000000ull + ru.ru_stime.tv_usec * 1000ull,
-		ru.ru_maxrss, e ? (unsigned long long)e->calls : 0ull,
+		vm_hwm_kb(), e ? (unsigned long long)e->calls : 0ull,
 		e ? (unsigned long long)e->io_errors : 0ull);
 	fprintf(f, " \"pacing\": {\"waits\": %llu, \"wait_ns\": %llu, \"app_exited\": %s},\n",
 		(unsigned long long)st->pacing_waits, (unsigned long long)st->pacing_wait_ns,

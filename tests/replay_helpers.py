@@ -1,0 +1,87 @@
+"""Helpers for the replayer tests: page-cache residency (cachestat), FIEMAP, schedules in SQL."""
+
+import ctypes
+import fcntl
+import os
+import struct
+import time
+
+from warmstart.db.schedules import Range, Schedule, ScheduledFile, Segment, save_schedule
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class _Range(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _Stat(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("cache", "dirty", "wb", "ev", "rev")]
+
+
+def cached_pages(path, offset: int, length: int) -> int:
+    """Pages of [offset, offset+length) of `path` in the page cache, by cachestat(2)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        r, s = _Range(offset, length), _Stat()
+        if _libc.syscall(451, fd, ctypes.byref(r), ctypes.byref(s), 0) < 0:
+            raise OSError(ctypes.get_errno(), "cachestat")
+        return s.cache
+    finally:
+        os.close(fd)
+
+
+def evict(path) -> None:
+    """Drop one file's (or block device's) clean pages without touching anyone else's cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd) if not str(path).startswith("/dev/") else None
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def physical_sector(path, offset: int) -> int:
+    """The 512-byte sector holding byte `offset` of `path` (FIEMAP)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        hdr = struct.pack("=QQIIII", offset, 1, 1, 0, 1, 0)  # start, length, flags=SYNC, mapped, count
+        buf = bytearray(hdr + bytes(56))
+        fcntl.ioctl(fd, 0xC020660B, buf)
+        logical, physical = struct.unpack_from("=QQ", buf, 32)
+        return (physical + offset - logical) // 512
+    finally:
+        os.close(fd)
+
+
+def make_app(conn, name: str, argv) -> int:
+    import json
+    return conn.execute("INSERT INTO apps (name, executable, argv_json, created_at) VALUES (?,?,?,?)",
+                        (name, os.fsencode(argv[0]), json.dumps(list(argv)), time.time())).lastrowid
+
+
+def scheduled_file(path) -> ScheduledFile:
+    st = os.stat(path)
+    return ScheduledFile(os.fsencode(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def file_range(sf: ScheduledFile, offset: int, length: int) -> Range:
+    sector = physical_sector(sf.path, offset)
+    return Range(sf.dev, sector, length // 512, length, sf, offset)
+
+
+def device_range(dev: int, sector: int, length: int) -> Range:
+    return Range(dev, sector, length // 512, length, None, None)
+
+
+def save(conn, app: str, segments_ranges, files, cpu_s=0.01) -> int:
+    """Store a schedule whose segment k holds segments_ranges[k] (kept LBA-sorted, as the analyzer does)."""
+    segs, p = [], 1
+    for k, rs in enumerate(segments_ranges, start=1):
+        rs = sorted(rs, key=lambda r: (r.dev, r.sector))
+        segs.append(Segment(k, p, p + len(rs) - 1, 0.01, cpu_s, sum(r.length for r in rs), rs))
+        p += len(rs)
+    sched = Schedule(None, app, "test", "model", 0.1, sum(s.bytes for s in segs), 0, [], segs, files, {})
+    return save_schedule(conn, sched)
