@@ -38,7 +38,7 @@ def test_command_help_has_examples(path):
     out = result.output
     assert "Examples:" in out or "Example:" in out, f"`warmstart {' '.join(path)} --help` shows no example"
     # An example must actually call this command, not just be a heading.
-    assert re.search(r"^\s+warmstart .*\b" + re.escape(path[-1]) + r"\b", out, re.M), out
+    assert re.search(r"^\s+(sudo )?warmstart .*\b" + re.escape(path[-1]) + r"\b", out, re.M), out
 
 
 @pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=lambda p: " ".join(p))
