@@ -215,7 +215,17 @@ int main(int argc, char **argv)
 				 .stop_check_ms = 50, .hang_ms = 2000};
 	struct ws_heartbeat *hb;
 	char *replayer_default = NULL;
+	sigset_t handled;
 	int c, rc;
+
+	/* block (signalfd-handled) signals first: an early SIGUSR1 must not kill us */
+	sigemptyset(&handled);
+	sigaddset(&handled, SIGTERM);
+	sigaddset(&handled, SIGINT);
+	sigaddset(&handled, SIGHUP);
+	sigaddset(&handled, SIGUSR1);
+	sigaddset(&handled, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &handled, NULL);
 
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {

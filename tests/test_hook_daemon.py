@@ -1,0 +1,322 @@
+"""warmstartd against the real kernel: exec holds, allow-on-error, kill -9, SIGSTOP, ownership.
+
+The daemon marks a private tmpfs mount (only its execs are held), except the latency test, which
+must mark / to measure /bin/true. The replayer here is a small shell script that says "ready" on
+the notify fd after a delay read from its schedule argument: the hold logic is what is under
+test, and a controllable delay is what the fault tests need (the real replayer is exercised in
+test_hook_e2e.py).
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, require
+from warmstart.errors import WarmstartError
+from warmstart.hook.index import Index, IndexEntry, read_index, write_index
+
+BUILD = REPO / "build"
+REPLAYER_SCRIPT = """#!/bin/sh
+for a; do last=$a; done
+delay=$(cat "$last")
+if [ "$delay" = never ]; then exec sleep 30; fi
+sleep "$delay"
+echo ready >&3
+exec 3>&-
+sleep 1
+"""
+
+
+def have_fanotify_perm() -> bool:
+    if os.geteuid() != 0:
+        return False
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.fanotify_init(0x4 | 0x1, os.O_RDONLY)  # FAN_CLASS_CONTENT | FAN_CLOEXEC
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+@pytest.fixture
+def live(tmp_path):
+    require(have_fanotify_perm(), "needs root and fanotify permission events (CONFIG_FANOTIFY_ACCESS_PERMISSIONS)")
+    require((BUILD / "warmstartd").exists() and (BUILD / "warmstart-execbench").exists(),
+            "warmstartd not built: run `make binaries`")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "wsthook", str(mnt)], check=True)
+    h = Hook(tmp_path, mnt)
+    try:
+        yield h
+    finally:
+        h.stop()
+        subprocess.run(["umount", "-l", str(mnt)])
+
+
+class Hook:
+    def __init__(self, tmp: Path, mnt: Path):
+        self.tmp, self.mnt = tmp, mnt
+        self.index = tmp / "state" / "hook.idx"
+        self.events = tmp / "events.jsonl"
+        self.stats = tmp / "stats.json"
+        self.pidfile = tmp / "warmstartd.pid"
+        self.log = tmp / "warmstartd.log"
+        self.replayer = tmp / "fake-delay-replayer"
+        self.replayer.write_text(REPLAYER_SCRIPT)
+        self.replayer.chmod(0o755)
+        self.proc = None
+        self.n = 0
+
+    def app(self, name="app", source="/bin/true") -> Path:
+        p = self.mnt / name
+        shutil.copy(source, p)
+        return p
+
+    def entry(self, exe: Path, delay="0.3", hold_ms=1000, needles=(), files=(), mtime_ns=None):
+        self.n += 1
+        sched = self.tmp / f"sched{self.n}"
+        sched.write_text(delay)
+        st = exe.stat()
+        return IndexEntry(dev=st.st_dev, ino=st.st_ino, size=st.st_size,
+                          mtime_ns=st.st_mtime_ns if mtime_ns is None else mtime_ns, schedule_id=self.n,
+                          exe=os.fsencode(exe), schedule=os.fsencode(sched), name=exe.name,
+                          needles=needles, files=tuple(os.fsencode(f) for f in files), hold_ms=hold_ms)
+
+    def write(self, *entries):
+        write_index(os.fsencode(self.index), Index(list(entries)))
+
+    def start(self, *extra):
+        args = [str(BUILD / "warmstartd"), "--index", str(self.index), "--replayer", str(self.replayer),
+                "--events", str(self.events), "--stats", str(self.stats), "--pidfile", str(self.pidfile),
+                "--mark", str(self.mnt), *extra]
+        self.proc = subprocess.Popen(args, stderr=open(self.log, "ab"))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if self.worker_pid():
+                return
+            time.sleep(0.05)
+        pytest.fail("warmstartd did not start: " + self.log.read_text())
+
+    def worker_pid(self):
+        if self.proc is None or self.proc.poll() is not None or not self.pidfile.exists():
+            return None
+        before = self.stats.stat().st_mtime_ns if self.stats.exists() else 0
+        self.proc.send_signal(signal.SIGUSR1)
+        for _ in range(50):
+            if self.stats.exists() and self.stats.stat().st_mtime_ns != before:
+                try:
+                    return json.loads(self.stats.read_text())["worker_pid"]
+                except ValueError:
+                    pass
+            time.sleep(0.01)
+        return None
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def records(self, event=None):
+        if not self.events.exists():
+            return []
+        recs = [json.loads(line) for line in self.events.read_text().splitlines()]
+        return [r for r in recs if event is None or r["event"] == event]
+
+
+def spawn_exec(path):
+    # Popen itself waits until the child's exec succeeds, so let sh (not on the marked mount)
+    # do the held exec: Popen returns at once, the held exec happens in the child
+    return subprocess.Popen(["/bin/sh", "-c", 'exec "$0"', str(path)])
+
+
+def timed_run(argv, timeout=10.0):
+    t0 = time.monotonic()
+    r = subprocess.run([str(a) for a in argv], timeout=timeout)
+    return time.monotonic() - t0, r.returncode
+
+
+def test_held_until_replayer_ready(live):
+    app = live.app()
+    live.write(live.entry(app, delay="0.3"))
+    live.start()
+    elapsed, rc = timed_run([app])
+    assert rc == 0
+    assert 0.28 <= elapsed < 0.95, elapsed
+    [rec] = live.records("launch")
+    assert rec["outcome"] == "ready" and rec["schedule_id"] == 1
+
+
+def test_deadline_releases_a_silent_replayer(live):
+    app = live.app()
+    live.write(live.entry(app, delay="never", hold_ms=200))
+    live.start()
+    elapsed, rc = timed_run([app])
+    assert rc == 0 and 0.19 <= elapsed < 0.9, elapsed
+    assert live.records("launch")[0]["outcome"] == "deadline"
+
+
+def test_missing_replayer_allows_at_once(live):
+    app = live.app()
+    live.write(live.entry(app, delay="5"))
+    live.replayer.unlink()
+    live.start()
+    elapsed, rc = timed_run([app])
+    assert rc == 0 and elapsed < 0.5, elapsed
+    assert live.records("launch")[0]["outcome"] == "replayer-exited"
+
+
+def test_argv_signature_picks_the_script(live):
+    # a copy of /bin/true named like an interpreter: only `python3 app.py` is this app
+    py = live.app("python3")
+    live.write(live.entry(py, delay="0.3", needles=(b"app.py",)))
+    live.start()
+    held, rc1 = timed_run([py, "-X", "dev", "app.py", "arg"])
+    other, rc2 = timed_run([py, "other.py"])
+    assert rc1 == rc2 == 0
+    assert held >= 0.28 and other < 0.25, (held, other)
+    assert [r["outcome"] for r in live.records("launch")] == ["ready"]
+
+
+def test_changed_file_marks_schedule_stale(live):
+    app = live.app()
+    data = live.mnt / "data.bin"
+    data.write_bytes(b"x" * 4096)
+    live.write(live.entry(app, delay="0.3", files=[data]))
+    live.start()
+    with open(data, "ab") as f:  # a package upgrade rewrites a scheduled file
+        f.write(b"y")
+    time.sleep(0.2)
+    elapsed, rc = timed_run([app])
+    assert rc == 0 and elapsed < 0.25, elapsed
+    assert live.records("stale")[0]["schedule_id"] == 1
+    assert live.records("launch")[0]["outcome"] == "stale"
+
+
+def test_upgraded_executable_is_not_held(live):
+    app = live.app()
+    live.write(live.entry(app, delay="0.3", mtime_ns=app.stat().st_mtime_ns - 10**9))
+    live.start()
+    elapsed, rc = timed_run([app])
+    assert rc == 0 and elapsed < 0.25
+    assert live.records("identity-mismatch")
+
+
+def test_index_not_owned_by_root_is_refused(live):
+    app = live.app()
+    live.write(live.entry(app, delay="0.5"))
+    os.chown(live.index, 65534, 65534)
+    with pytest.raises(WarmstartError, match="not owned by root"):
+        read_index(os.fsencode(live.index))
+    live.start()
+    elapsed, rc = timed_run([app])
+    assert rc == 0 and elapsed < 0.4, elapsed
+    assert not live.records("launch")
+    assert "refused" in live.log.read_text()
+
+
+def test_group_writable_index_is_refused(live):
+    app = live.app()
+    live.write(live.entry(app, delay="0.5"))
+    os.chmod(live.index, 0o664)
+    live.start()
+    elapsed, _ = timed_run([app])
+    assert elapsed < 0.4 and not live.records("launch")
+
+
+def test_kill_9_during_a_held_exec(live):
+    app = live.app()
+    live.write(live.entry(app, delay="never", hold_ms=1000))
+    live.start()
+    worker = live.worker_pid()
+    t0 = time.monotonic()
+    p = spawn_exec(app)
+    time.sleep(0.15)
+    assert p.poll() is None  # held
+    os.kill(worker, signal.SIGKILL)
+    p.wait(timeout=5)
+    elapsed = time.monotonic() - t0
+    # released by the kernel when the group's fd closed, well before the 1 s deadline
+    assert p.returncode == 0 and elapsed < 0.7, elapsed
+    # the watchdog starts a new worker, which hooks again
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and live.worker_pid() in (None, worker):
+        time.sleep(0.05)
+    assert live.worker_pid() not in (None, worker)
+
+
+def test_sigstop_of_the_worker_is_bounded(live):
+    app = live.app()
+    other = live.app("unrelated")
+    live.write(live.entry(app, delay="0.1", hold_ms=1000))
+    live.start()
+    worker = live.worker_pid()
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        e1, rc1 = timed_run([other], timeout=10)
+        e2, rc2 = timed_run([app], timeout=10)
+    finally:
+        try:
+            os.kill(worker, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert rc1 == rc2 == 0
+    # watchdog period 50 ms + SIGKILL + the kernel releasing the group; bound asserted loosely
+    # (2 cores shared with other work): the guarantee is "bounded", not a number
+    assert e1 < 2.0 and e2 < 2.0, (e1, e2)
+    assert "is stopped; killing it" in live.log.read_text()
+
+
+def test_kernel_blocks_execs_of_a_stopped_listener_without_watchdog(live):
+    # why the watchdog exists: the kernel has no timeout for permission events
+    other = live.app("unrelated")
+    live.write()
+    live.start("--no-watchdog")
+    os.kill(live.proc.pid, signal.SIGSTOP)
+    p = spawn_exec(other)
+    try:
+        time.sleep(1.0)
+        assert p.poll() is None, "exec completed while the only listener was stopped"
+    finally:
+        live.proc.kill()  # closing the group lets the kernel allow the pending exec
+        p.wait(timeout=5)
+    assert p.returncode == 0
+
+
+def test_exec_latency_of_unrelated_binaries(live, capsys):
+    """The figure for the lead: /bin/true fork+exec+exit, median, with and without warmstartd
+    marking / (every exec on the root mount then goes through the daemon). Alternating runs
+    spread the noise of the other jobs on this 2-core machine over both arms."""
+    app = live.app()
+    live.write(live.entry(app))
+    bench = [str(BUILD / "warmstart-execbench"), "1000", "/bin/true"]
+
+    def run():
+        return json.loads(subprocess.run(bench, capture_output=True, text=True, check=True).stdout)["median_us"]
+
+    without, with_ = [], []
+    for _ in range(2):
+        without.append(run())
+        live.start("--mark", "/")
+        with_.append(run())
+        stats = json.loads(live.stats.read_text()) if live.worker_pid() else {}
+        live.stop()
+    without_us, with_us = sorted(without)[0], sorted(with_)[0]
+    diff = with_us - without_us
+    with capsys.disabled():
+        print(f"\n/bin/true exec median: {without_us:.0f} us without, {with_us:.0f} us with warmstartd "
+              f"(+{diff:.0f} us); daemon decision median {stats.get('unrelated_decision_median_us')} us")
+    assert stats["unrelated_decision_median_us"] < 1000
+    assert diff < 1000, (without, with_)
