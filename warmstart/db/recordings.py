@@ -1,0 +1,161 @@
+"""All SQL for the apps and recordings tables (recorder writes, analyzer and reports read).
+
+A recording is stored in one transaction with its requests, page-cache adds, processes and
+files, so a crash or error leaves either the whole recording or nothing.
+"""
+
+import json
+import os
+import sqlite3
+import time
+from typing import Dict, List, Optional, Sequence
+
+from ..errors import WarmstartError
+from ..recorder.model import BlockRequest, FileInfo, PageAdd, Process, Recording
+from .connection import transaction
+
+
+def _argv_json(argv: Sequence) -> str:
+    # non-UTF-8 arguments survive as surrogateescape'd str (os.fsencode gives the bytes back)
+    return json.dumps([os.fsdecode(a) for a in argv])
+
+
+def argv_of(app_row) -> List[bytes]:
+    return [os.fsencode(a) for a in json.loads(app_row["argv_json"])]
+
+
+# ---- apps -------------------------------------------------------------------------------
+
+def get_app(conn: sqlite3.Connection, name: str) -> Optional[sqlite3.Row]:
+    return conn.execute("SELECT * FROM apps WHERE name = ?", (name,)).fetchone()
+
+
+def get_app_by_id(conn: sqlite3.Connection, app_id: int) -> Optional[sqlite3.Row]:
+    return conn.execute("SELECT * FROM apps WHERE id = ?", (app_id,)).fetchone()
+
+
+def list_apps(conn: sqlite3.Connection) -> List[sqlite3.Row]:
+    return conn.execute("SELECT * FROM apps ORDER BY name").fetchall()
+
+
+def upsert_app(conn: sqlite3.Connection, name: str, executable: bytes, argv: Sequence) -> int:
+    """Create the app or refresh its command and executable identity; returns its id.
+    Call inside a transaction (insert_recording does)."""
+    try:
+        st = os.stat(executable)
+        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        ident = (None, None, None, None)
+    row = get_app(conn, name)
+    if row is None:
+        cur = conn.execute(
+            "INSERT INTO apps (name, executable, argv_json, exe_dev, exe_ino, exe_size, exe_mtime_ns, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (name, executable, _argv_json(argv), *ident, time.time()))
+        return cur.lastrowid
+    conn.execute("UPDATE apps SET executable = ?, argv_json = ?, exe_dev = ?, exe_ino = ?, exe_size = ?,"
+                 " exe_mtime_ns = ? WHERE id = ?", (executable, _argv_json(argv), *ident, row["id"]))
+    return row["id"]
+
+
+# ---- recordings -------------------------------------------------------------------------
+
+def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes, argv: Sequence,
+                     rec: Recording) -> int:
+    """Store the app (created if new) and one recording atomically; returns the recording id."""
+    try:
+        with transaction(conn):
+            app_id = upsert_app(conn, app_name, executable, argv)
+            cur = conn.execute(
+                "INSERT INTO recordings (app_id, started_at, launch_time_s, end_reason, exit_status, backend,"
+                " cold_method, lost_events, status, cpu_total_s, cpu_tail_ns, env_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (app_id, rec.started_at, rec.launch_time_s, rec.end_reason, rec.exit_status, rec.backend,
+                 rec.cold_method, rec.lost_events, rec.status, rec.cpu_total_s, rec.cpu_tail_ns,
+                 json.dumps(rec.env, sort_keys=True, default=str)))
+            rid = cur.lastrowid
+            conn.executemany(
+                "INSERT INTO block_requests (recording_id, seq, dev, sector, nr_sectors, rwbs, is_write,"
+                " is_readahead, is_meta, queue_ns, issue_ns, complete_ns, pid, tid, comm, cpu_before_ns)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(rid, i, r.dev, r.sector, r.nr_sectors, r.rwbs, int(r.is_write), int(r.is_readahead),
+                  int(r.is_meta), r.queue_ns, r.issue_ns, r.complete_ns, r.pid, r.tid, r.comm, r.cpu_before_ns)
+                 for i, r in enumerate(rec.requests, start=1)])
+            conn.executemany(
+                "INSERT INTO page_cache_adds (recording_id, seq, t_ns, dev, ino, first_index, nr_pages)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(rid, i, a.t_ns, a.dev, a.ino, a.first_index, a.nr_pages)
+                 for i, a in enumerate(rec.page_adds, start=1)])
+            conn.executemany(
+                "INSERT INTO recording_processes (recording_id, pid, ppid, comm, exec_path, start_ns, exit_ns, oncpu_ns)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(rid, p.pid, p.ppid, p.comm, p.exec_path, p.start_ns, p.exit_ns, p.oncpu_ns)
+                 for p in rec.processes])
+            conn.executemany(
+                "INSERT INTO recording_files (recording_id, dev, ino, path, size, mtime_ns, ctime_ns)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(rid, f.dev, f.ino, f.path, f.size, f.mtime_ns, f.ctime_ns) for f in rec.files])
+    except sqlite3.OperationalError as e:
+        if "full" in str(e).lower():
+            raise WarmstartError(f"database disk is full; nothing was stored: free space or pass --db PATH elsewhere")
+        raise WarmstartError(f"cannot store the recording ({e}); nothing was stored")
+    return rid
+
+
+def list_recordings(conn: sqlite3.Connection, app_id: Optional[int] = None) -> List[sqlite3.Row]:
+    """Recordings (newest last) with their app name and request count; all apps if app_id is None."""
+    sql = ("SELECT r.*, a.name AS app_name,"
+           " (SELECT count(*) FROM block_requests b WHERE b.recording_id = r.id) AS n_requests,"
+           " (SELECT coalesce(sum(nr_sectors), 0) * 512 FROM block_requests b"
+           "   WHERE b.recording_id = r.id AND NOT b.is_write) AS read_bytes"
+           " FROM recordings r JOIN apps a ON a.id = r.app_id")
+    if app_id is None:
+        return conn.execute(sql + " ORDER BY a.name, r.id").fetchall()
+    return conn.execute(sql + " WHERE r.app_id = ? ORDER BY r.id", (app_id,)).fetchall()
+
+
+def get_recording(conn: sqlite3.Connection, recording_id: int) -> Optional[sqlite3.Row]:
+    return conn.execute("SELECT * FROM recordings WHERE id = ?", (recording_id,)).fetchone()
+
+
+def recording_env(row) -> Dict:
+    return json.loads(row["env_json"])
+
+
+def delete_recording(conn: sqlite3.Connection, recording_id: int) -> bool:
+    with transaction(conn):
+        return conn.execute("DELETE FROM recordings WHERE id = ?", (recording_id,)).rowcount > 0
+
+
+def delete_app(conn: sqlite3.Connection, name: str) -> bool:
+    """Delete an app with all its recordings (and, by cascade, its schedules and launches)."""
+    with transaction(conn):
+        return conn.execute("DELETE FROM apps WHERE name = ?", (name,)).rowcount > 0
+
+
+def load_block_requests(conn: sqlite3.Connection, recording_id: int) -> List[BlockRequest]:
+    """The requests of one recording in issue order (p_1..p_n)."""
+    rows = conn.execute("SELECT * FROM block_requests WHERE recording_id = ? ORDER BY seq", (recording_id,))
+    return [BlockRequest(dev=r["dev"], sector=r["sector"], nr_sectors=r["nr_sectors"], rwbs=r["rwbs"],
+                         issue_ns=r["issue_ns"], queue_ns=r["queue_ns"], complete_ns=r["complete_ns"],
+                         pid=r["pid"], tid=r["tid"], comm=r["comm"], cpu_before_ns=r["cpu_before_ns"])
+            for r in rows]
+
+
+def load_page_cache_adds(conn: sqlite3.Connection, recording_id: int) -> List[PageAdd]:
+    rows = conn.execute("SELECT * FROM page_cache_adds WHERE recording_id = ? ORDER BY seq", (recording_id,))
+    return [PageAdd(t_ns=r["t_ns"], dev=r["dev"], ino=r["ino"], first_index=r["first_index"],
+                    nr_pages=r["nr_pages"]) for r in rows]
+
+
+def load_recording_files(conn: sqlite3.Connection, recording_id: int) -> List[FileInfo]:
+    rows = conn.execute("SELECT * FROM recording_files WHERE recording_id = ? ORDER BY dev, ino", (recording_id,))
+    return [FileInfo(dev=r["dev"], ino=r["ino"], path=bytes(r["path"]) if r["path"] is not None else None,
+                     size=r["size"], mtime_ns=r["mtime_ns"], ctime_ns=r["ctime_ns"]) for r in rows]
+
+
+def load_processes(conn: sqlite3.Connection, recording_id: int) -> List[Process]:
+    rows = conn.execute("SELECT * FROM recording_processes WHERE recording_id = ? ORDER BY pid", (recording_id,))
+    return [Process(pid=r["pid"], tgid=r["pid"], ppid=r["ppid"], comm=r["comm"],
+                    exec_path=bytes(r["exec_path"]) if r["exec_path"] is not None else None,
+                    start_ns=r["start_ns"], exit_ns=r["exit_ns"], oncpu_ns=r["oncpu_ns"]) for r in rows]

@@ -1,0 +1,117 @@
+"""Which block requests and page-cache adds belong to the launch (rules in docs/recording.md).
+
+A request belongs to the launch when it was issued within [start, end] and
+  - its submitter (the task that queued its first bio) is in the launch's task tree, or
+  - its submitter is a kernel thread (kworker, kblockd, loop workers, jbd2, irq context = pid 0)
+    and it is on one of the launch's devices.
+User tasks outside the tree (the recorder itself, other programs) never count.
+Kernel-thread requests on the device under a launch loop device (where its backing file lives)
+are that loop device's own reads and writes, already recorded on the loop device: they do not
+count, or the launch's I/O would be counted twice.
+The launch's devices are the block devices given with --device plus every block device on
+which a task of the tree queued a request or added a page to the page cache.
+"""
+
+import os
+import re
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from .events import Event, PAGE_SHIFT, _FILEMAP
+from .model import BlockRequest, PageAdd
+from .tasks import TaskTree
+
+PF_KTHREAD = 0x00200000
+_KTHREAD_COMM = re.compile(r"^(kworker|kblockd|loop\d|jbd2|kswapd|ksoftirqd|kthreadd|writeback|irq/|"
+                           r"rcu|migration|kcompactd|khugepaged|<idle>|swapper)")
+
+
+class KernelThreads:
+    """Is a tid a kernel thread? Asked of /proc while it lives, by name once it is gone."""
+
+    def __init__(self):
+        self._cache: Dict[int, bool] = {0: True}
+
+    def __call__(self, tid: Optional[int], comm: Optional[str]) -> bool:
+        if tid is None:
+            return False
+        if tid not in self._cache:
+            try:
+                with open(f"/proc/{tid}/stat", "rb") as f:
+                    stat = f.read()
+                flags = int(stat[stat.rindex(b")") + 2:].split()[6])
+                self._cache[tid] = bool(flags & PF_KTHREAD)
+            except (OSError, ValueError, IndexError):
+                self._cache[tid] = bool(comm and _KTHREAD_COMM.match(comm))
+        return self._cache[tid]
+
+
+def is_block_dev(dev: int) -> bool:
+    return os.major(dev) != 0 and os.path.exists(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+
+
+def page_adds(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: int) -> List[PageAdd]:
+    """Pages added by the launch's tasks, merged into runs of consecutive indexes of one file."""
+    runs: List[PageAdd] = []
+    open_run: Dict[Tuple[int, int], PageAdd] = {}
+    for ev in events:
+        if ev.name != "mm_filemap_add_to_page_cache" or ev.tid not in tree.tids:
+            continue
+        if not (start_ns <= ev.ts_ns <= end_ns):
+            continue
+        m = _FILEMAP.search(ev.body)
+        if not m:
+            continue
+        dev = os.makedev(int(m.group(1)), int(m.group(2)))
+        ino = int(m.group(3), 16)
+        index = int(m.group(4)) >> PAGE_SHIFT
+        n = 1 << int(m.group(5) or 0)
+        key = (dev, ino)
+        last = open_run.get(key)
+        if last is not None and last is runs[-1] and last.first_index + last.nr_pages == index:
+            last.nr_pages += n  # extends the most recent run: keep the order of first touches
+            continue
+        run = PageAdd(t_ns=ev.ts_ns, dev=dev, ino=ino, first_index=index, nr_pages=n, tid=ev.tid)
+        runs.append(run)
+        open_run[key] = run
+    return runs
+
+
+def launch_devices(requests: Sequence[BlockRequest], adds: Sequence[PageAdd], tree: TaskTree,
+                   given: Sequence[int]) -> List[int]:
+    devs = list(given)
+    for r in requests:
+        if r.tid in tree.tids and r.dev not in devs:
+            devs.append(r.dev)
+    for a in adds:
+        if a.dev not in devs and is_block_dev(a.dev):
+            devs.append(a.dev)
+    return devs
+
+
+def lower_devices(devices: Sequence[int]) -> Set[int]:
+    """Devices holding the backing files of the loop devices among `devices`."""
+    out = set()
+    for dev in devices:
+        try:
+            with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/loop/backing_file", "rb") as f:
+                backing = f.read().rstrip(b"\n")
+            out.add(os.stat(backing).st_dev)
+        except OSError:
+            continue
+    return out
+
+
+def launch_requests(requests: Sequence[BlockRequest], tree: TaskTree, devices: Sequence[int],
+                    start_ns: int, end_ns: int, kthread=None) -> List[BlockRequest]:
+    kthread = kthread or KernelThreads()
+    devs: Set[int] = set(devices) - lower_devices(devices)
+    out = []
+    for r in requests:
+        if not (start_ns <= r.issue_ns <= end_ns):
+            continue
+        if r.tid in tree.tids:
+            r.pid = tree.tgid(r.tid)
+            out.append(r)
+        elif r.dev in devs and kthread(r.tid, r.comm):
+            out.append(r)
+    return out

@@ -1,0 +1,56 @@
+"""CPU-time attribution: the c_i of the launch-sequence paper (definition in docs/recording.md).
+
+F(t) = on-CPU time of all the launch's tasks (summed over threads and CPUs) from the launch
+start to t. For requests p_1..p_n in issue order:
+    c_1 = F(issue_1) - F(start)
+    c_i = F(issue_i) - F(complete_{i-1})   if p_{i-1} completed before p_i was issued, else 0
+and the tail (CPU after the last completion up to the launch end) is F(end) - F(complete_n).
+CPU spent while a request is outstanding overlaps that I/O already and belongs to no c_i.
+"""
+
+import bisect
+from typing import List, Sequence, Tuple
+
+from .model import BlockRequest
+
+
+class CpuCurve:
+    """F(t) from on-CPU intervals; piecewise linear, slope = number of the launch's tasks running."""
+
+    def __init__(self, intervals: Sequence[Tuple[int, int, int]]):
+        deltas = {}
+        for s, e, _ in intervals:
+            deltas[s] = deltas.get(s, 0) + 1
+            deltas[e] = deltas.get(e, 0) - 1
+        self.times: List[int] = sorted(deltas)
+        self.values: List[int] = []   # F at each breakpoint
+        self.slopes: List[int] = []   # slope after each breakpoint
+        f, slope, last = 0, 0, None
+        for t in self.times:
+            if last is not None:
+                f += slope * (t - last)
+            slope += deltas[t]
+            self.values.append(f)
+            self.slopes.append(slope)
+            last = t
+
+    def __call__(self, t: int) -> int:
+        i = bisect.bisect_right(self.times, t) - 1
+        if i < 0:
+            return 0
+        return self.values[i] + self.slopes[i] * (t - self.times[i])
+
+    def between(self, a: int, b: int) -> int:
+        return max(0, self(b) - self(a)) if b > a else 0
+
+
+def assign_cpu(requests: List[BlockRequest], curve: CpuCurve, start_ns: int, end_ns: int) -> int:
+    """Set cpu_before_ns (c_i) on requests (in issue order); return the tail CPU time."""
+    since = start_ns
+    for req in requests:
+        req.cpu_before_ns = curve.between(since, req.issue_ns) if since is not None else 0
+        done = req.complete_ns
+        # the next window opens when this request completes; if that is after the next issue
+        # (overlapping requests), the next window is empty
+        since = done if done is not None else req.issue_ns
+    return curve.between(since if since is not None else start_ns, end_ns)

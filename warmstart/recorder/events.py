@@ -1,0 +1,124 @@
+"""Parse the text lines of a tracefs instance (trace_pipe) and assemble block requests.
+
+A line looks like (with options/record-tgid; the TGID column is absent without it):
+    cat-24697   (  24697) [001] .....  1152.367859: block_bio_queue: 254,0 RA 23654240 + 8 [cat]
+The timestamp is CLOCK_MONOTONIC (the instance's trace_clock is set to "mono") in seconds with
+microsecond digits; we keep integer nanoseconds.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from .model import BlockRequest
+
+_LINE = re.compile(
+    rb"^\s*(?P<comm>.*?)-(?P<pid>\d+)\s+(?:\(\s*(?P<tgid>[\d-]+)\)\s+)?\[(?P<cpu>\d+)\]\s+(?:\S+\s+)?"
+    rb"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?P<event>\w+):\s(?P<body>.*)$")
+_DEV_SECTOR = re.compile(rb"^(\d+),(\d+) (\S+) (?:\d+ \([^)]*\) )?(\d+) \+ (\d+)")
+_DEV_SECTOR_COMPLETE = re.compile(rb"^(\d+),(\d+) (\S+) \([^)]*\) (\d+) \+ (\d+)")
+_FILEMAP = re.compile(rb"dev (\d+):(\d+) ino ([0-9a-f]+) pfn=\S+ ofs=(\d+)(?: order=(\d+))?")
+_KV = re.compile(rb"(\w+)=(\S*)")
+_BRACKET_COMM = re.compile(rb"\[(.*)\]\s*$")
+
+PAGE_SHIFT = 12
+
+
+@dataclass
+class Event:
+    ts_ns: int
+    cpu: int
+    tid: int
+    tgid: Optional[int]
+    comm: str
+    name: str
+    body: bytes
+
+
+def _ns(sec: bytes, frac: bytes) -> int:
+    # the fraction has 6 digits (us) for clocks in ns; pad/trim generically
+    f = (frac + b"000000000")[:9]
+    return int(sec) * 1_000_000_000 + int(f)
+
+
+def parse_lines(lines: Iterable[bytes]) -> List[Event]:
+    """Events from trace_pipe lines; headers, comments and lines we do not know are skipped."""
+    out = []
+    for line in lines:
+        if not line or line.startswith(b"#"):
+            continue
+        m = _LINE.match(line.rstrip(b"\n"))
+        if not m:
+            continue
+        tgid = m.group("tgid")
+        out.append(Event(ts_ns=_ns(m.group("sec"), m.group("frac")), cpu=int(m.group("cpu")),
+                         tid=int(m.group("pid")),
+                         tgid=int(tgid) if tgid and tgid.isdigit() else None,
+                         comm=m.group("comm").decode("utf-8", "replace"),
+                         name=m.group("event").decode(), body=m.group("body")))
+    return out
+
+
+def split_lines(chunks: Iterable[bytes]) -> List[bytes]:
+    return b"".join(chunks).split(b"\n")
+
+
+def kv(body: bytes) -> Dict[str, bytes]:
+    """key=value pairs of a sched event body (comm values may not contain spaces: use the ones
+    that matter, pids, which never do)."""
+    return {k.decode(): v for k, v in _KV.findall(body)}
+
+
+def _makedev(major: bytes, minor: bytes) -> int:
+    import os
+    return os.makedev(int(major), int(minor))
+
+
+def _bracket_comm(body: bytes) -> Optional[str]:
+    m = _BRACKET_COMM.search(body)
+    return m.group(1).decode("utf-8", "replace") if m else None
+
+
+def assemble_requests(events: Iterable[Event]) -> List[BlockRequest]:
+    """Block requests in issue order from block_bio_queue / block_rq_issue / block_rq_complete.
+
+    The submitter of a request is the task that queued its first bio (block_bio_queue runs in
+    the submitter's context, block_rq_issue may run in a kworker's); queue_ns is the earliest
+    queue time of the bios the request covers. Zero-length requests (flushes) are dropped.
+    """
+    pending_bios: Dict[int, List[Tuple[int, int, int, int, Optional[int], str]]] = {}
+    inflight: Dict[Tuple[int, int], List[BlockRequest]] = {}
+    requests: List[BlockRequest] = []
+    for ev in events:
+        if ev.name == "block_bio_queue":
+            m = _DEV_SECTOR.match(ev.body)
+            if m:
+                dev = _makedev(m.group(1), m.group(2))
+                pending_bios.setdefault(dev, []).append(
+                    (int(m.group(4)), int(m.group(5)), ev.ts_ns, ev.tid, ev.tgid, _bracket_comm(ev.body) or ev.comm))
+        elif ev.name == "block_rq_issue":
+            m = _DEV_SECTOR.match(ev.body)
+            if not m or int(m.group(5)) == 0:
+                continue
+            dev = _makedev(m.group(1), m.group(2))
+            sector, nr = int(m.group(4)), int(m.group(5))
+            req = BlockRequest(dev=dev, sector=sector, nr_sectors=nr, rwbs=m.group(3).decode(),
+                               issue_ns=ev.ts_ns, tid=ev.tid, pid=ev.tgid, comm=ev.comm)
+            bios = pending_bios.get(dev, [])
+            covered = [b for b in bios if sector <= b[0] < sector + nr]
+            if covered:
+                first = next((b for b in covered if b[0] == sector), covered[0])
+                req.queue_ns = min(b[2] for b in covered)
+                req.tid, req.pid, req.comm = first[3], first[4], first[5]
+                pending_bios[dev] = [b for b in bios if not (sector <= b[0] < sector + nr)]
+            requests.append(req)
+            inflight.setdefault((dev, sector), []).append(req)
+        elif ev.name == "block_rq_complete":
+            m = _DEV_SECTOR_COMPLETE.match(ev.body)
+            if not m:
+                continue
+            key = (_makedev(m.group(1), m.group(2)), int(m.group(4)))
+            waiting = inflight.get(key)
+            if waiting:
+                waiting.pop(0).complete_ns = ev.ts_ns
+    return requests

@@ -1,0 +1,210 @@
+"""Record one cold launch: make the cache cold, trace, run CMD to its launch end, store it.
+
+Order matters: the cache is made cold before tracing starts; tracing starts before CMD is
+forked; tracing stops and its instances are removed before anything is resolved or written, so
+the recorder writes nothing to the traced devices while tracing. The recording is stored in one
+transaction at the very end, so any failure (or Ctrl-C) leaves nothing half-stored.
+"""
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+from ..db import recordings as store
+from ..errors import WarmstartError
+from ..launching import LaunchResult, Until, devices_of_paths, launch, resolve_command
+from . import coldcache
+from .attribution import is_block_dev, launch_devices, launch_requests, page_adds
+from .backend import choose_backend
+from .cputime import CpuCurve, assign_cpu
+from .events import parse_lines, split_lines
+from .model import Recording
+from .resolve import resolve_inodes
+from .tasks import build_tree
+from .tracefs import Instance, remove_stale_instances, tracefs_root
+
+TASK_EVENTS = ("sched/sched_process_fork", "sched/sched_process_exec", "sched/sched_process_exit",
+               "sched/sched_switch", "filemap/mm_filemap_add_to_page_cache")
+
+
+@dataclass
+class RecordOptions:
+    until: Until = field(default_factory=lambda: Until("exit"))
+    timeout: float = 60.0
+    backend: str = "auto"
+    cold: str = "drop_caches"
+    devices: List[int] = field(default_factory=list)
+    allow_failure: bool = False
+    cwd: Optional[bytes] = None
+    env: Optional[dict] = None
+    buffer_kb: int = 8192
+    passthrough: bool = True
+
+
+class _SignalsAsInterrupt:
+    """SIGTERM and SIGHUP end a recording like Ctrl-C does: cleanly, through the same guards."""
+
+    def __enter__(self):
+        self.saved = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                self.saved[sig] = signal.signal(sig, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def __exit__(self, *exc):
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+        return False
+
+
+def _previous_for_evict(conn, name: str):
+    """Files and metadata device ranges of the app's latest recording (for --cold=evict)."""
+    app = store.get_app(conn, name)
+    if app is None:
+        return [], []
+    recs = store.list_recordings(conn, app["id"])
+    if not recs:
+        return [], []
+    rid = recs[-1]["id"]
+    files = [f.path for f in store.load_recording_files(conn, rid) if f.path]
+    ranges = []
+    from .blktrace import dev_node
+    for r in store.load_block_requests(conn, rid):
+        if r.is_meta and not r.is_write:
+            try:
+                ranges.append((dev_node(r.dev), r.sector * 512, r.nr_sectors * 512))
+            except WarmstartError:
+                continue
+    return files, ranges
+
+
+def _device_env(devices: Sequence[int]) -> list:
+    mounts = {}
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            left, _, right = line.partition(b" - ")
+            parts = left.split(b" ")
+            mounts.setdefault(parts[2].decode(), right.split(b" ")[0].decode())
+    out = []
+    for dev in devices:
+        mm = f"{os.major(dev)}:{os.minor(dev)}"
+        info = {"dev": dev, "major_minor": mm, "fstype": mounts.get(mm)}
+        try:
+            info["name"] = os.path.basename(os.readlink(f"/sys/dev/block/{mm}"))
+            q = f"/sys/dev/block/{mm}/queue"
+            if os.path.isdir(q):
+                info["rotational"] = open(f"{q}/rotational").read().strip() == "1"
+                info["scheduler"] = open(f"{q}/scheduler").read().strip()
+        except OSError:
+            pass
+        out.append(info)
+    return out
+
+
+def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
+                say: Callable[[str], None] = print) -> int:
+    """Record one launch of argv as app `name`; returns the new recording's id."""
+    if os.geteuid() != 0:
+        raise WarmstartError("recording needs root (tracefs, drop_caches): run it with sudo")
+    argv = [os.fsdecode(a) for a in argv]
+    executable = resolve_command(argv, opts.cwd, opts.env)
+    root, we_mounted = tracefs_root()
+    try:
+        for stale in remove_stale_instances(root):
+            say(f"removed tracefs instance {stale} left by a recorder that died")
+        watch = list(opts.devices) or devices_of_paths([os.fsencode(a) for a in argv] + [executable])
+        prev_files, prev_ranges = _previous_for_evict(conn, name) if opts.cold == "evict" else ([], [])
+        cold = coldcache.make_cold(opts.cold, prev_files, prev_ranges, say)
+        started_at = time.time()
+        with _SignalsAsInterrupt(), contextlib.ExitStack() as stack:
+            backend = stack.enter_context(choose_backend(opts.backend, watch, root, say))
+            # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
+            # event-fork adds CMD (forked by this thread) and everything CMD forks
+            tasks = stack.enter_context(Instance(root, "task", TASK_EVENTS, buffer_kb=opts.buffer_kb,
+                                                 options=("record-tgid", "event-fork"),
+                                                 event_pids=[threading.get_native_id()]))
+            tasks.start()
+            backend.start()
+
+            def check():
+                backend.check()
+                tasks.check()
+
+            result: LaunchResult = launch(argv, opts.until, opts.timeout, cwd=opts.cwd, env=opts.env,
+                                          devices=watch, passthrough=opts.passthrough, keep_running=check)
+            backend.stop()
+            tasks.stop()
+            lost = backend.lost_events() + tasks.lost_events()
+            raw_requests = backend.requests()
+            task_events = parse_lines(split_lines(tasks.chunks))
+            tasks.chunks.clear()
+    finally:
+        if we_mounted:
+            os.system("umount /sys/kernel/tracing")
+    _refuse_bad_end(result, opts)
+    return _store(conn, name, argv, executable, opts, result, raw_requests, task_events,
+                  lost, backend.name, cold, started_at)
+
+
+def _refuse_bad_end(result: LaunchResult, opts: RecordOptions) -> None:
+    cmd = "the command"
+    if result.end_reason == "timeout":
+        raise WarmstartError(f"{cmd} did not reach its launch end ({opts.until}) within {opts.timeout:g} s; "
+                             f"nothing was stored: raise --timeout, or choose another --until (e.g. idle=1.0)")
+    if result.crashed and not opts.allow_failure:
+        raise WarmstartError(f"{cmd} crashed ({result.describe_exit()}) after {result.launch_time_s:.3f} s; "
+                             f"nothing was stored: fix the command, or pass --allow-failure to record it anyway")
+    if result.exit_status not in (None, 0) and not opts.allow_failure:
+        raise WarmstartError(f"{cmd} failed ({result.describe_exit()}); nothing was stored: a failed launch "
+                             f"is usually not the launch you want to prefetch. Fix the command, or pass "
+                             f"--allow-failure to record it anyway")
+
+
+def _store(conn, name, argv, executable, opts, result, raw_requests, task_events, lost, backend_name,
+           cold, started_at) -> int:
+    start, end = result.start_ns, result.end_ns
+    tree = build_tree(task_events, result.pid, start, end)
+    adds = page_adds(task_events, tree, start, end)
+    devices = launch_devices(raw_requests, adds, tree, opts.devices)
+    requests = launch_requests(raw_requests, tree, devices, start, end)
+    curve = CpuCurve(tree.intervals)
+    tail = assign_cpu(requests, curve, start, end)
+    files = resolve_inodes({(a.dev, a.ino) for a in adds if is_block_dev(a.dev)})
+    resolved = {(f.dev, f.ino) for f in files if f.path is not None}
+    data_pages = sum(a.nr_pages for a in adds if is_block_dev(a.dev))
+    resolved_pages = sum(a.nr_pages for a in adds if (a.dev, a.ino) in resolved)
+
+    def rel(t):
+        return None if t is None else t - start
+
+    for r in requests:
+        r.queue_ns, r.issue_ns, r.complete_ns = rel(r.queue_ns), rel(r.issue_ns), rel(r.complete_ns)
+    for a in adds:
+        a.t_ns = rel(a.t_ns)
+    procs = list(tree.processes.values())
+    for p in procs:
+        p.start_ns, p.exit_ns = rel(p.start_ns), rel(p.exit_ns)
+    env = {
+        "kernel": os.uname().release,
+        "devices": _device_env(devices),
+        "until": str(opts.until),
+        "timeout_s": opts.timeout,
+        "tracer": {"backend": backend_name, "buffer_kb_per_cpu": opts.buffer_kb, "trace_clock": "mono"},
+        "executable": os.fsdecode(executable),
+        "data_pages": data_pages,
+        "resolved_data_pages": resolved_pages,
+        "task_events": len(task_events),
+    }
+    rec = Recording(started_at=started_at, launch_time_s=result.launch_time_s, end_reason=result.end_reason,
+                    exit_status=result.exit_status, backend=backend_name, cold_method=cold, lost_events=lost,
+                    cpu_total_s=curve.between(start, end) / 1e9, cpu_tail_ns=tail, env=env,
+                    requests=requests, page_adds=adds, processes=procs, files=files)
+    return store.insert_recording(conn, name, executable, [os.fsencode(a) for a in argv], rec)

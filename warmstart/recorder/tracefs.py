@@ -1,0 +1,208 @@
+"""tracefs instances as guard objects: created with our settings, read concurrently, removed.
+
+Each instance is a private ring buffer (instances/warmstart-rec-<pid>-<role>), so the global
+buffer and other users' instances are left alone. A reader thread drains trace_pipe while the
+launch runs so the buffer does not overflow; per-CPU `stats` give the events lost anyway.
+Instances left behind by a recorder that was killed are removed by remove_stale_instances().
+"""
+
+import errno
+import os
+import select
+import subprocess
+import threading
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from ..errors import WarmstartError
+
+TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+PREFIX = "warmstart-rec-"
+
+
+def tracefs_root(mount_if_missing: bool = True) -> (Path, bool):
+    """The tracefs mount; mounts it (as root) when absent. Returns (path, we_mounted_it)."""
+    for p in TRACEFS_MOUNTS:
+        if os.path.isdir(os.path.join(p, "instances")):
+            return Path(p), False
+    if os.geteuid() != 0:
+        raise WarmstartError("tracefs is not mounted and only root can mount it: run as root, or "
+                             "mount -t tracefs nodev /sys/kernel/tracing")
+    if not mount_if_missing:
+        raise WarmstartError("tracefs is not mounted: mount -t tracefs nodev /sys/kernel/tracing")
+    r = subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS_MOUNTS[0]], capture_output=True, text=True)
+    if r.returncode != 0 or not os.path.isdir(os.path.join(TRACEFS_MOUNTS[0], "instances")):
+        raise WarmstartError(f"tracefs is not mounted and mounting it failed ({r.stderr.strip()}): "
+                             "mount -t tracefs nodev /sys/kernel/tracing, or check the kernel has CONFIG_TRACING")
+    return Path(TRACEFS_MOUNTS[0]), True
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def remove_stale_instances(root: Path) -> List[str]:
+    """Remove our instances whose recorder process is gone (it crashed or was killed)."""
+    removed = []
+    inst = root / "instances"
+    for name in sorted(os.listdir(inst)):
+        if not name.startswith(PREFIX):
+            continue
+        pid_part = name[len(PREFIX):].split("-", 1)[0]
+        if pid_part.isdigit() and not _pid_alive(int(pid_part)):
+            try:
+                os.rmdir(inst / name)
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+def list_our_instances(root: Optional[Path] = None) -> List[str]:
+    root = root or next((Path(p) for p in TRACEFS_MOUNTS if os.path.isdir(os.path.join(p, "instances"))), None)
+    if root is None:
+        return []
+    return [n for n in os.listdir(root / "instances") if n.startswith(PREFIX)]
+
+
+class Instance:
+    """One tracefs instance: `with Instance(root, role, events, ...) as inst:` ... inst.stop()."""
+
+    def __init__(self, root: Path, role: str, events: Sequence[str], buffer_kb: int = 8192,
+                 options: Sequence[str] = (), event_pids: Sequence[int] = (), filters=None):
+        self.root = root
+        self.name = f"{PREFIX}{os.getpid()}-{role}"
+        self.path = root / "instances" / self.name
+        self.events = list(events)
+        self.buffer_kb = buffer_kb
+        self.options = list(options)
+        self.event_pids = list(event_pids)
+        self.filters = dict(filters or {})
+        self.chunks: List[bytes] = []
+        self._fd: Optional[int] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.reader_error: Optional[BaseException] = None
+
+    # -- set up ---------------------------------------------------------------------------
+    def _write(self, rel: str, value: str) -> None:
+        try:
+            with open(self.path / rel, "w") as f:
+                f.write(value)
+        except OSError as e:
+            raise WarmstartError(f"cannot write {value!r} to {self.path / rel}: {e.strerror}; "
+                                 f"is this event or option available in this kernel?")
+
+    def __enter__(self):
+        try:
+            os.mkdir(self.path)
+        except FileExistsError:
+            os.rmdir(self.path)  # ours from an earlier run of this same pid; nothing reads it
+            os.mkdir(self.path)
+        except OSError as e:
+            raise WarmstartError(f"cannot create tracefs instance {self.path}: {e.strerror}; run as root")
+        try:
+            self._write("tracing_on", "0")
+            self._write("trace_clock", "mono")  # comparable with time.monotonic_ns()
+            self._write("buffer_size_kb", str(self.buffer_kb))
+            for opt in self.options:
+                self._write(f"options/{opt}", "1")
+            if self.event_pids:
+                self._write("set_event_pid", " ".join(map(str, self.event_pids)))
+            for ev in self.events:
+                if ev in self.filters:
+                    self._write(f"events/{ev}/filter", self.filters[ev])
+                self._write(f"events/{ev}/enable", "1")
+            self._fd = os.open(self.path / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
+            self._thread = threading.Thread(target=self._read_loop, daemon=True, name=f"trace-{self.name}")
+            self._thread.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def start(self) -> None:
+        self._write("tracing_on", "1")
+
+    # -- reading --------------------------------------------------------------------------
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno == errno.EINTR:
+                    continue
+                raise
+            if not data:
+                return
+            self.chunks.append(data)
+
+    def _read_loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                select.select([self._fd], [], [], 0.05)
+                self._drain()
+        except BaseException as e:  # surfaced by check(); the recording is then refused
+            self.reader_error = e
+
+    def check(self) -> None:
+        if self.reader_error is not None:
+            raise WarmstartError(f"reading {self.path}/trace_pipe failed: {self.reader_error}")
+
+    def stop(self) -> None:
+        """Stop tracing and read everything left in the buffer."""
+        self._write("tracing_on", "0")
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.check()
+        self._drain()
+
+    def lost_events(self) -> int:
+        """Events the ring buffer overwrote or dropped, summed over CPUs."""
+        lost = 0
+        for cpu_dir in sorted((self.path / "per_cpu").iterdir()):
+            try:
+                text = (cpu_dir / "stats").read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, val = line.partition(":")
+                if key.strip() in ("overrun", "dropped events"):
+                    lost += int(val.split()[0])
+        return lost
+
+    # -- tear down ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Remove the instance (its events and buffer go with it); safe to call twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+            self._thread = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self.path.exists():
+            try:
+                with open(self.path / "tracing_on", "w") as f:
+                    f.write("0")
+            except OSError:
+                pass
+            try:
+                os.rmdir(self.path)
+            except OSError as e:
+                raise WarmstartError(f"cannot remove tracefs instance {self.path}: {e.strerror}; "
+                                     f"remove it with: rmdir {self.path}")
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
