@@ -1,7 +1,7 @@
 # warmstart: `make demo` and `make test` install what is missing, build, and run.
 # C build products go to build/, never into the source folders.
 
-BUILD   ?= build
+BUILD   ?= $(CURDIR)/build
 CC      ?= gcc
 CFLAGS  ?= -O2 -g -Wall -Wextra -Werror=implicit-function-declaration -D_GNU_SOURCE
 PYTHON  ?= python3
@@ -32,7 +32,7 @@ test: build
 
 # C unit tests: each prints its own "N passed, N failed" line and exits non-zero on failure.
 ctest: $(CTESTS)
-	@set -e; for t in $(CTESTS); do ./$$t; done
+	@set -e; for t in $(CTESTS); do $$t; done
 
 demo: build
 	$(PYTHON) scripts/demo.py
