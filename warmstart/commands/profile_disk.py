@@ -1,0 +1,51 @@
+"""`warmstart profile-disk DEVICE`: measure a device's seek curve and transfer rate."""
+
+import os
+
+import click
+
+from ..analyzer import profile as profiler
+from ..analyzer.probe import check_direct
+from ..cli import emit, json_option
+from ..db.profiles import save_profile
+from ..errors import WarmstartError
+
+
+@click.command("profile-disk")
+@click.argument("device", type=click.Path(dir_okay=False))
+@click.option("--samples", type=int, default=5, show_default=True, help="Probe pairs per seek distance.")
+@click.option("--strip-size", type=int, default=0, help="Strip size in bytes, if a striped array.")
+@click.option("--stripe-disks", type=int, default=0, help="Member disks, if a striped array.")
+@json_option
+@click.pass_obj
+def profile_disk(ctx, device, samples, strip_size, stripe_disks, as_json):
+    """Measure DEVICE with O_DIRECT reads (read-only) and store its profile.
+
+    \b
+    Examples:
+      warmstart profile-disk /dev/loop3
+      warmstart profile-disk /dev/sda --samples 9 --json
+    """
+    try:
+        st = os.stat(device)
+    except OSError as e:
+        raise WarmstartError(f"cannot stat {device}: {e.strerror}: give a block device such as /dev/sda")
+    dev = st.st_rdev if st.st_rdev else st.st_dev
+    check_direct(device)
+    with click.progressbar(length=1, label="probing", file=None if not as_json else open(os.devnull, "w")) as bar:
+        def progress(done, total):
+            bar.length = total
+            bar.update(done - bar.pos)
+        prof, took = profiler.measure(device, samples=samples, progress=progress)
+    prof.strip_bytes, prof.stripe_disks = strip_size, stripe_disks
+    pid = save_profile(ctx.db, device, dev, prof, took)
+    out = {"profile_id": pid, "device": device, "size_bytes": prof.size_bytes, "duration_s": took,
+           "c_switch_s": prof.c_switch_s, "r_tr_Bps": prof.r_tr_Bps, "overhead_s": prof.overhead_s,
+           "stream_bytes": prof.stream_bytes, "gap_merge_bytes": prof.gap_merge_bytes,
+           "seek_curve": prof.seek_curve, "rate_curve": prof.rate_curve}
+    emit(out, as_json, lambda: "\n".join(
+        [f"profile #{pid} of {device} ({prof.size_bytes / 1e9:.2f} GB) in {took:.1f} s",
+         f"  C_switch {prof.c_switch_s * 1e3:.2f} ms   R_tr {prof.r_tr_Bps / 1e6:.1f} MB/s   "
+         f"overhead {prof.overhead_s * 1e6:.0f} us   streams gaps <= {prof.stream_bytes / 1024:.0f} KiB",
+         f"  gap merge threshold (C_switch x R_tr) {prof.gap_merge_bytes / 1024:.0f} KiB",
+         "  seek curve: " + ", ".join(f"{d / 1048576:.2g}MiB:{t * 1e3:.1f}ms" for d, t in prof.seek_curve[1:])]))

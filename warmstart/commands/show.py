@@ -1,0 +1,50 @@
+"""`warmstart show NAME`: print an app's active schedule."""
+
+import click
+
+from ..cli import emit, json_option
+from ..db.schedules import list_schedules, load_active_schedule, load_schedule
+from ..errors import WarmstartError
+
+
+def _text(s, ranges):
+    lines = [f"schedule #{s.id} of {s.app_name}: {s.algorithm} / {s.probe}, t_exp {s.t_exp_s:.3f} s, "
+             f"{s.total_bytes / 1e6:.1f} MB ({s.waste_bytes / 1e6:.2f} MB waste), {len(s.files)} files"
+             + (" [STALE]" if s.stale else "")]
+    lines.append(f"  {'seg':>3} {'p':>11} {'ranges':>6} {'MB':>7} {'t_i s':>7} {'cpu s':>7}")
+    for g in s.segments:
+        lines.append(f"  {g.idx:>3} {g.first_p:>5}-{g.last_p:<5} {len(g.ranges):>6} {g.bytes / 1e6:>7.2f} "
+                     f"{g.t_disk_s:>7.3f} {g.cpu_s:>7.3f}")
+        if ranges:
+            for r in g.ranges:
+                what = (r.file.path.decode("utf-8", "replace") + f" @{r.file_offset}") if r.file else "metadata"
+                lines.append(f"        {r.sector:>12} +{r.nr_sectors:<6} {what}")
+    return "\n".join(lines)
+
+
+@click.command("show")
+@click.argument("name")
+@click.option("--id", "schedule_id", type=int, default=None, help="Show this schedule instead of the active one.")
+@click.option("--all", "list_all", is_flag=True, help="List all schedules of NAME.")
+@click.option("--ranges", is_flag=True, help="Also print every range.")
+@json_option
+@click.pass_obj
+def show(ctx, name, schedule_id, list_all, ranges, as_json):
+    """Print NAME's schedule: segments, sizes, t_i, CPU, t_exp.
+
+    \b
+    Examples:
+      warmstart show pyimport
+      warmstart show pyimport --ranges
+      warmstart show pyimport --all --json
+    """
+    if list_all:
+        rows = list_schedules(ctx.db, name)
+        emit(rows, as_json, lambda: "\n".join(
+            f"#{r['id']} {r['algorithm']}/{r['probe']} t_exp {r['t_exp_s']:.3f} s "
+            f"{r['total_bytes'] / 1e6:.1f} MB{' active' if r['active'] else ''}" for r in rows) or "no schedules")
+        return
+    s = load_schedule(ctx.db, schedule_id) if schedule_id else load_active_schedule(ctx.db, name)
+    if s is None:
+        raise WarmstartError(f"{name!r} has no schedule yet: run `warmstart analyze {name}`")
+    emit(s.to_json(), as_json, lambda: _text(s, ranges))
