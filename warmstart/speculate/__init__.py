@@ -1,1 +1,11 @@
-"""warmstart.speculate"""
+"""Apps never recorded: a sandboxed speculative copy, ld.so pre-resolution and an online
+pattern prefetcher, run alongside the first (cold) launch. See docs/speculation.md.
+
+    from warmstart.speculate import run_fallback_launch
+    r = run_fallback_launch(["python3", "-c", "import json"], mechanism="both")
+    r.launch_time_s, r.accuracy, r.waste
+"""
+
+from .fallback import MECHANISMS, FallbackResult, run_fallback_launch
+
+__all__ = ["MECHANISMS", "FallbackResult", "run_fallback_launch"]

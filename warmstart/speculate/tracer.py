@@ -1,0 +1,185 @@
+"""Page-cache events of our own process tree from a private tracefs instance.
+
+One instance `warmstart-spec-<pid>` with the filemap events (misses: add_to_page_cache; uses:
+get_pages for reads, fault and map_pages for mappings) and sched_process_fork, limited to this
+process and everything it starts (set_event_pid + event-fork), so the launch and the
+speculative copy are seen from their first instruction. Removed again on stop, also on error.
+"""
+
+import os
+import re
+import select
+import threading
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from ..errors import WarmstartError
+
+TRACEFS = "/sys/kernel/tracing"
+EVENTS = ("filemap/mm_filemap_add_to_page_cache", "filemap/mm_filemap_get_pages",
+          "filemap/mm_filemap_fault", "filemap/mm_filemap_map_pages", "sched/sched_process_fork")
+LINE = re.compile(rb"^\s*.*?-(\d+)\s+\[\d+\]\s+\S+\s+([\d.]+): (\w+): (.*)$")
+DEV_INO = re.compile(rb"dev[ =](\d+):(\d+) ino[ =]([0-9a-f]+)")
+OFS_RANGE = re.compile(rb"ofs=(\d+)-(\d+)")
+OFS_ONE = re.compile(rb"ofs=(\d+)(?: order=(\d+))?")
+FORK = re.compile(rb"pid=(\d+) child_comm=.* child_pid=(\d+)")
+PAGE = 4096
+
+
+@dataclass(frozen=True)
+class PageEvent:
+    t: float            # trace clock seconds
+    pid: int            # thread that caused it
+    kind: str           # miss | read | fault | map
+    dev: int            # os.makedev(major, minor) of the file's superblock
+    ino: int
+    first: int          # page index
+    npages: int
+
+
+KINDS = {b"mm_filemap_add_to_page_cache": "miss", b"mm_filemap_get_pages": "read",
+         b"mm_filemap_fault": "fault", b"mm_filemap_map_pages": "map"}
+
+
+def parse_line(line: bytes, parents: Dict[int, int]) -> Optional[PageEvent]:
+    m = LINE.match(line)
+    if not m:
+        return None
+    pid, t, name, rest = int(m.group(1)), float(m.group(2)), m.group(3), m.group(4)
+    if name == b"sched_process_fork":
+        f = FORK.search(rest)
+        if f:
+            parents[int(f.group(2))] = int(f.group(1))
+        return None
+    kind = KINDS.get(name)
+    d = DEV_INO.search(rest)
+    if kind is None or d is None:
+        return None
+    dev, ino = os.makedev(int(d.group(1)), int(d.group(2))), int(d.group(3), 16)
+    r = OFS_RANGE.search(rest)
+    if r:
+        first, last = int(r.group(1)) // PAGE, int(r.group(2)) // PAGE
+        return PageEvent(t, pid, kind, dev, ino, first, last - first + 1)
+    o = OFS_ONE.search(rest)
+    if not o:
+        return None
+    return PageEvent(t, pid, kind, dev, ino, int(o.group(1)) // PAGE, 1 << int(o.group(2) or 0))
+
+
+class Tracer:
+    """Use as a context manager; `take()` returns the events parsed since the last call."""
+
+    def __init__(self, name: Optional[str] = None, buffer_kb: int = 8192):
+        self.name = name or f"warmstart-spec-{os.getpid()}"
+        self.dir = os.path.join(TRACEFS, "instances", self.name)
+        self.buffer_kb = buffer_kb
+        self.parents: Dict[int, int] = {}
+        self._events: List[PageEvent] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._pipe = None
+        self.lost = 0
+
+    def _w(self, rel: str, value: str) -> None:
+        with open(os.path.join(self.dir, rel), "w") as f:
+            f.write(value)
+
+    def start(self) -> "Tracer":
+        if not os.path.isdir(os.path.join(TRACEFS, "events", "filemap")):
+            raise WarmstartError(f"no filemap events in {TRACEFS}: mount tracefs there "
+                                 "(mount -t tracefs nodev /sys/kernel/tracing) and run as root")
+        try:
+            os.mkdir(self.dir)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise WarmstartError(f"cannot create tracefs instance {self.dir}: {e.strerror}; run as root")
+        try:
+            self._w("buffer_size_kb", str(self.buffer_kb))
+            self._w("set_event_pid", str(os.getpid()))
+            self._w("options/event-fork", "1")
+            for ev in EVENTS:
+                self._w(f"events/{ev}/enable", "1")
+            self._pipe = os.open(os.path.join(self.dir, "trace_pipe"), os.O_RDONLY | os.O_NONBLOCK)
+            self._w("tracing_on", "1")
+        except BaseException:
+            self.stop()
+            raise
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+        return self
+
+    def _pump(self) -> None:
+        buf = b""
+        while True:
+            stopping = self._stop.is_set()
+            r, _, _ = select.select([self._pipe], [], [], 0.02)
+            chunk = b""
+            if r:
+                try:
+                    chunk = os.read(self._pipe, 1 << 16)
+                except BlockingIOError:
+                    pass
+            if chunk:
+                buf += chunk
+                lines = buf.split(b"\n")
+                buf = lines.pop()
+                evs = []
+                for line in lines:
+                    if b"LOST" in line and b"EVENTS" in line:
+                        self.lost += 1
+                    e = parse_line(line, self.parents)
+                    if e is not None:
+                        evs.append(e)
+                with self._lock:
+                    self._events.extend(evs)
+            elif stopping:
+                return
+
+    def take(self) -> List[PageEvent]:
+        with self._lock:
+            out, self._events = self._events, []
+        return out
+
+    def stop(self) -> None:
+        """Stop tracing, drain what is buffered, remove the instance (safe to call twice)."""
+        if not os.path.isdir(self.dir):
+            return
+        try:
+            self._w("tracing_on", "0")
+        except OSError:
+            pass
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=10)
+            self._thread = None
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        for ev in EVENTS:
+            try:
+                self._w(f"events/{ev}/enable", "0")
+            except OSError:
+                pass
+        try:
+            os.rmdir(self.dir)
+        except OSError:
+            pass
+
+    def root_of(self, pid: int, roots) -> Optional[int]:
+        """Which of `roots` pid descends from (by the fork events seen), or None."""
+        seen = 0
+        while pid not in roots and seen < 64:
+            nxt = self.parents.get(pid)
+            if nxt is None:
+                return None
+            pid, seen = nxt, seen + 1
+        return pid if pid in roots else None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
