@@ -1,0 +1,109 @@
+"""Pure logic of the hook: index encoding, config policy, launch signatures, CLI help."""
+
+import os
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO
+from warmstart.cli import cli
+from warmstart.errors import WarmstartError
+from warmstart.hook.config import load_config
+from warmstart.hook.entries import hold_ms_for
+from warmstart.hook.config import HookConfig
+from warmstart.hook.index import Index, IndexEntry, decode, encode, fnv1a64
+from warmstart.hook.signature import needles
+
+
+def entry(dev, ino, sid, needles=(), **kw):
+    return IndexEntry(dev=dev, ino=ino, size=10, mtime_ns=7, schedule_id=sid, exe=b"/usr/bin/x\xff",
+                      schedule=b"/var/lib/warmstart/schedules/%d.wsr" % sid, name="app", needles=needles, **kw)
+
+
+def test_index_round_trip_sorted_with_signatures_first():
+    idx = Index([entry(9, 1, 1), entry(8, 2**63, 2), entry(8, 5, 3), entry(8, 5, 4, needles=(b"app.py",)),
+                 entry(8, 6, 5, files=(b"/lib/\xfe.so", b"/etc/x"), stale=True, hold_ms=5000)])
+    out = decode(encode(idx))
+    assert [(e.dev, e.ino, e.schedule_id) for e in out.entries] == [(8, 5, 4), (8, 5, 3), (8, 6, 5), (8, 2**63, 2), (9, 1, 1)]
+    e = out.entries[2]
+    assert e.files == (b"/lib/\xfe.so", b"/etc/x") and e.stale and e.hold_ms == 1000  # capped
+    assert out.entries[0].needles == (b"app.py",) and out.entries[0].exe == b"/usr/bin/x\xff"
+
+
+def test_index_corruption_is_refused():
+    data = bytearray(encode(Index([entry(1, 2, 3)])))
+    for mutate, why in ((lambda d: d.__setitem__(70, d[70] ^ 1), "checksum"),
+                        (lambda d: d.__setitem__(0, ord("X")), "magic"),
+                        (lambda d: d.__setitem__(8, 9), "version"),
+                        (lambda d: d.extend(b"\0"), "truncated")):
+        bad = bytearray(data)
+        mutate(bad)
+        with pytest.raises(WarmstartError, match=why):
+            decode(bytes(bad))
+
+
+def test_fnv_matches_the_c_constants():
+    assert fnv1a64(b"") == 0xCBF29CE484222325 and fnv1a64(b"a") == 0xAF63DC4C8601EC8C
+
+
+def test_signatures():
+    assert needles(b"/usr/bin/python3.11", [b"python3", b"-c", b"import json"]) == (b"-c", b"import json")
+    assert needles(b"/usr/bin/python3.11", [b"python3", b"-X", b"dev", b"app.py", b"-v"]) == (b"-X", b"dev", b"app.py")
+    assert needles(b"/usr/bin/java", [b"java", b"-jar", b"x.jar", b"a"]) == (b"-jar", b"x.jar")
+    assert needles(b"/usr/bin/node", [b"node", b"app.js"]) == (b"app.js",)
+    assert needles(b"/usr/bin/gcc-12", [b"gcc", b"-c", b"x.c"]) == ()
+
+
+def test_hold_is_a_bounded_multiple_of_the_prebuffer_time():
+    cfg = HookConfig()
+    assert hold_ms_for(0.1, cfg) == 300
+    assert hold_ms_for(0.0, cfg) == cfg.min_hold_ms
+    assert hold_ms_for(5.0, cfg) == 1000
+
+
+def test_config_policy(tmp_path):
+    p = tmp_path / "warmstart.toml"
+    p.write_text('learn = "auto"\nmax_hold_ms = 400\nhold_factor = 2\n')
+    cfg = load_config(p, system=False)
+    assert cfg.learn == "auto" and cfg.max_hold_ms == 400 and cfg.hold_factor == 2.0
+    p.write_text('learn = "sometimes"\n')
+    with pytest.raises(WarmstartError, match="learn must be"):
+        load_config(p, system=False)
+    p.write_text('lern = "auto"\n')
+    with pytest.raises(WarmstartError, match="unknown key"):
+        load_config(p, system=False)
+    p.write_text('learn = "off"\n')
+    os.chmod(p, 0o666)
+    with pytest.raises(WarmstartError, match="writable"):
+        load_config(p, system=False)
+    if os.geteuid() == 0:
+        os.chmod(p, 0o644)
+        os.chown(p, 65534, 65534)
+        with pytest.raises(WarmstartError, match="not owned by root"):
+            load_config(p, system=True)
+    link = tmp_path / "link.toml"
+    link.symlink_to(p)
+    with pytest.raises(WarmstartError, match="symlinks"):
+        load_config(link, system=False)
+
+
+@pytest.mark.parametrize("sub", ["install", "uninstall", "status", "refresh"])
+def test_every_hook_command_has_help_with_examples(sub):
+    r = CliRunner().invoke(cli, ["hook", sub, "--help"])
+    assert r.exit_code == 0 and "Example" in r.output and "--json" in r.output
+
+
+def test_status_json_on_an_empty_tree(tmp_path, monkeypatch):
+    monkeypatch.setenv("WARMSTART_HOOK_ROOT", str(tmp_path))
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status", "--json"])
+    assert r.exit_code == 0, r.output
+    assert '"daemon": null' in r.output and '"index": null' in r.output
+
+
+def test_c_index_tests_pass():
+    binary = REPO / "build" / "test-hook-index"
+    if not binary.exists():
+        pytest.skip("build/test-hook-index not built: run `make binaries ctest`")
+    r = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert r.returncode == 0 and "0 failed" in r.stdout, r.stdout + r.stderr
