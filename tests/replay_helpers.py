@@ -58,8 +58,9 @@ def physical_sector(path, offset: int) -> int:
 
 def make_app(conn, name: str, argv) -> int:
     import json
+    from warmstart.launching import resolve_command   # the recorder stores the resolved executable
     return conn.execute("INSERT INTO apps (name, executable, argv_json, created_at) VALUES (?,?,?,?)",
-                        (name, os.fsencode(argv[0]), json.dumps(list(argv)), time.time())).lastrowid
+                        (name, resolve_command(argv), json.dumps(list(argv)), time.time())).lastrowid
 
 
 def scheduled_file(path) -> ScheduledFile:
