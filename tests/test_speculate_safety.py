@@ -1,0 +1,190 @@
+"""THE safety test of the speculative copy: a hostile program tries to change the world from
+inside the sandbox, and the host is checked afterwards, not only the program's own report."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import REPO, have_root, require
+
+HELPER = REPO / "build" / "ws-spec-run"
+
+HOSTILE = r'''
+import os, signal, socket, sys, ctypes
+victim_dir, tcp_port, unix_path, test_pid = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def attempt(name, fn):
+    try:
+        fn()
+        print("ESCAPED", name, flush=True)
+    except Exception as e:
+        print("refused", name, type(e).__name__, flush=True)
+def write_existing():
+    with open(os.path.join(victim_dir, "keep.txt"), "w") as f: f.write("overwritten")
+def create_new():
+    with open(os.path.join(victim_dir, "new.txt"), "w") as f: f.write("x")
+def create_etc():
+    open("/etc/warmstart-spec-escape", "w").close()
+def delete():
+    os.unlink(os.path.join(victim_dir, "keep.txt"))
+def rename():
+    os.rename(os.path.join(victim_dir, "keep.txt"), os.path.join(victim_dir, "moved.txt"))
+def chmod():
+    os.chmod(os.path.join(victim_dir, "keep.txt"), 0o777)
+def mkdir():
+    os.mkdir(os.path.join(victim_dir, "d"))
+def tcp():
+    s = socket.create_connection(("127.0.0.1", tcp_port), timeout=1); s.sendall(b"hello")
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"hello", ("127.0.0.1", tcp_port))
+def unix():
+    s = socket.socket(socket.AF_UNIX); s.connect(unix_path); s.sendall(b"hello")
+def unix_dgram():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b"hello", unix_path)
+def netlink():
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+def sig_parent():
+    os.kill(os.getppid(), signal.SIGKILL)
+    raise OSError("parent is the sandbox's init (pid %d): signal ignored" % os.getppid())
+def sig_test():
+    os.kill(test_pid, signal.SIGUSR1)
+def sig_all():
+    # -1 would reach every process this one may signal: only its own namespace
+    for pid in range(2, 4096):
+        if pid != os.getpid():
+            try: os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError: pass
+    raise OSError("only processes of the namespace were reachable")
+def drop_caches():
+    with open("/proc/sys/vm/drop_caches", "w") as f: f.write("3")
+def block_dev():
+    os.open("/dev/" + sorted(d for d in os.listdir("/sys/block"))[0], os.O_WRONLY)
+def mount():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"none", victim_dir.encode(), b"tmpfs", 0, None) != 0:
+        raise OSError(ctypes.get_errno(), "mount")
+def remount_rw():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(None, b"/", None, 32 | 4096, None) != 0:  # MS_REMOUNT|MS_BIND
+        raise OSError(ctypes.get_errno(), "remount")
+def ptrace_init():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(16, 1, None, None) != 0:  # PTRACE_ATTACH
+        raise OSError(ctypes.get_errno(), "ptrace")
+def hostname():
+    import socket as s
+    s.sethostname("escaped")
+    if open("/proc/sys/kernel/hostname").read().strip() == "escaped":
+        raise OSError("own uts namespace: the host's name is untouched")
+for name, fn in list(globals().items()):
+    if callable(fn) and name not in ("attempt",) and fn.__module__ == "__main__":
+        attempt(name, fn)
+with open("/tmp/scratch", "w") as f: f.write("tmpfs works")
+print("tmp write:", open("/tmp/scratch").read(), flush=True)
+print("DONE", flush=True)
+'''
+
+
+@pytest.fixture
+def built():
+    require(have_root(), "the sandbox needs root (namespaces, mounts)")
+    if not HELPER.exists():
+        subprocess.run(["make", "-f", "Makefile", "-f", "replayer/speculate.mk", str(HELPER.relative_to(REPO))],
+                       cwd=REPO, check=True, capture_output=True)
+    return HELPER
+
+
+def test_hostile_copy_changes_nothing(built, tmp_path):
+    victim = tempfile.mkdtemp(prefix="warmstart-spec-victim-", dir="/var/lib")  # not under a tmpfs the sandbox replaces
+    usr1 = []
+    old = signal.signal(signal.SIGUSR1, lambda *a: usr1.append(1))
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(1)
+    tcp.settimeout(0.2)
+    port = tcp.getsockname()[1]
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", port))
+    udp.settimeout(0.2)
+    unix_path = os.path.join(victim, "sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(unix_path)
+    unix.listen(1)
+    unix.settimeout(0.2)
+    try:
+        with open(os.path.join(victim, "keep.txt"), "w") as f:
+            f.write("original")
+        before = sorted(os.listdir(victim))
+        out = tmp_path / "copy-output.txt"
+        from warmstart.speculate.sandbox import SpeculativeCopy
+        with SpeculativeCopy([sys.executable, "-c", HOSTILE, victim, str(port), unix_path, str(os.getpid())],
+                             copy_output=os.fsencode(out)) as copy:
+            status = copy.wait(timeout=60)
+            assert status is not None, "the hostile copy did not finish in 60 s"
+        report = out.read_text()
+        assert "DONE" in report, report
+        attempts = [l for l in report.splitlines() if l.startswith(("refused", "ESCAPED"))]
+        assert len(attempts) >= 19, report
+        # The program's own view: every attempt failed ...
+        assert "ESCAPED" not in report, report
+        assert "tmp write: tmpfs works" in report  # ... but writes to its tmpfs work (no spurious failures)
+        # ... and the host's view: nothing changed.
+        assert sorted(os.listdir(victim)) == before
+        assert open(os.path.join(victim, "keep.txt")).read() == "original"
+        assert oct(os.stat(os.path.join(victim, "keep.txt")).st_mode & 0o777) != oct(0o777)
+        assert not os.path.exists("/etc/warmstart-spec-escape")
+        assert usr1 == [], "the copy signalled the test process"
+        for s in (tcp, unix):
+            with pytest.raises(socket.timeout):
+                s.accept()
+        with pytest.raises(socket.timeout):
+            udp.recvfrom(16)
+        assert socket.gethostname() != "escaped"
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        for s in (tcp, udp, unix):
+            s.close()
+        shutil.rmtree(victim, ignore_errors=True)
+
+
+def test_copy_never_outlives_its_supervisor(built, tmp_path):
+    """Killing the supervisor (even with SIGKILL) ends every process of the copy, daemons included."""
+    from warmstart.speculate.sandbox import SpeculativeCopy, wait_gone
+    copy = SpeculativeCopy(["sh", "-c", "sleep 300 & (setsid sleep 300 &) ; sleep 300"]).start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(copy.pids()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pids = copy.pids()
+        assert len(pids) >= 4, pids  # init, sh, and the sleeps
+        copy._proc.kill()  # SIGKILL the supervisor: no cleanup code of ours runs
+        assert wait_gone(pids, timeout=5) == []
+    finally:
+        copy.kill()
+
+
+def test_copy_is_killed_when_the_launch_ends(built):
+    from warmstart.speculate import run_fallback_launch
+    r = run_fallback_launch(["sh", "-c", "sleep 0.3; echo done"], mechanism="spec", trace=False)
+    assert r.exit_status == 0 and r.output == b"done\n"
+    assert r.copy["still_alive_after_kill"] == []
+    # the copy ran the same 0.3 s command; it either finished or was killed at the launch end
+    assert r.copy["killed_reason"] in (None, "launch ended")
+
+
+def test_copy_runs_at_idle_priority(built, tmp_path):
+    from warmstart.speculate.sandbox import SpeculativeCopy
+    out = tmp_path / "o.txt"
+    with SpeculativeCopy(["sh", "-c", "cat /proc/self/sched | grep '^policy'; ionice"],
+                         copy_output=os.fsencode(out)) as copy:
+        assert copy.wait(timeout=20) == 0
+    text = out.read_text()
+    assert "policy" in text and text.split("policy")[1].split()[1] == "5", text  # SCHED_IDLE
+    assert "best-effort: prio 7" in text or "idle" in text, text
