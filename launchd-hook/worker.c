@@ -129,14 +129,15 @@ static void add_file_watches(struct worker *w)
 
 static void mark_paths(struct worker *w)
 {
-	/* FAN_MARK_FLUSH drops our old mount marks; then one mount mark per path */
+	/* Indexed executables get inode marks: an unrelated exec then raises no event at all.
+	 * --mark paths (learning: "everything under /usr/bin") get mount marks. */
+	fanotify_mark(w->fan, FAN_MARK_FLUSH, 0, AT_FDCWD, NULL);
 	fanotify_mark(w->fan, FAN_MARK_FLUSH | FAN_MARK_MOUNT, 0, AT_FDCWD, NULL);
 	for (uint32_t i = 0; w->idx.hdr && i < w->idx.hdr->n_entries; i++) {
 		const char *exe = ws_index_str(&w->idx, w->idx.entries[i].exe_off);
 
-		if (fanotify_mark(w->fan, FAN_MARK_ADD | FAN_MARK_MOUNT | FAN_MARK_DONT_FOLLOW,
-				  FAN_OPEN_EXEC_PERM, AT_FDCWD, exe) < 0)
-			ws_log("cannot mark the mount of %s: %s (its launches are not hooked)", exe, strerror(errno));
+		if (fanotify_mark(w->fan, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_OPEN_EXEC_PERM, AT_FDCWD, exe) < 0)
+			ws_log("cannot mark %s: %s (its launches are not hooked)", exe, strerror(errno));
 	}
 	for (int i = 0; i < w->opt->n_marks; i++)
 		if (fanotify_mark(w->fan, FAN_MARK_ADD | FAN_MARK_MOUNT | FAN_MARK_DONT_FOLLOW,
