@@ -93,6 +93,7 @@ class OnlinePrefetcher:
         self.budget_pages = budget_pages
         self.issued_pages = 0
         self.history: List[Tuple[float, str]] = []  # (S, reason) per adjustment
+        self._tail: Dict[Key, Tuple[int, int]] = {}    # each stream's last miss, for the next interval
 
     def step(self, events: List[PageEvent]) -> None:
         misses: Dict[Key, List[PageEvent]] = {}
@@ -103,8 +104,12 @@ class OnlinePrefetcher:
             self.used.setdefault(k, set()).update(range(e.first, e.first + e.npages))
         linear_missed = wasted = 0
         for k, evs in misses.items():
+            # Classify the individual misses (a contiguous pair is sequential), continuing from
+            # the stream's last miss of the previous interval; prefetch from the merged runs.
+            prev = [self._tail[k]] if k in self._tail else []
+            pattern, share, gap = classify(prev + [(e.first, e.npages) for e in evs])
+            self._tail[k] = (evs[-1].first, evs[-1].npages)
             runs = merge_runs(evs)
-            pattern, share, gap = classify(runs)
             st = self.streams.get(k)
             if st is not None:
                 # Feedback: misses inside the window we prefetched mean we were too shallow/late.

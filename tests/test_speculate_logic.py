@@ -1,0 +1,118 @@
+"""Pure logic of the fallback mechanisms: pattern recognition, competitive depth, feedback,
+ELF/ld.so.cache parsing, chroot argv splitting. Plus pre-resolution checked against ld.so."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from warmstart.speculate.online import (SLOW_START_PAGES, OnlinePrefetcher, classify,
+                                        competitive_depth_pages, merge_runs)
+from warmstart.speculate.preresolve import launch_files, resolve_in_root
+from warmstart.speculate.sandbox import split_chroot
+from warmstart.speculate.tracer import PageEvent, parse_line
+
+
+def ev(first, n=1, kind="miss", key=(7, 42)):
+    return PageEvent(0.0, 1, kind, key[0], key[1], first, n)
+
+
+def test_merge_runs_joins_contiguous_pages():
+    assert merge_runs([ev(0, 4), ev(4, 4), ev(20, 1), ev(21, 2)]) == [(0, 8), (20, 3)]
+
+
+@pytest.mark.parametrize("runs,pattern", [
+    ([(0, 4), (4, 4), (8, 4), (12, 4)], "sequential"),
+    ([(40, 4), (36, 4), (32, 4), (28, 4)], "reverse"),
+    ([(0, 2), (10, 2), (20, 2), (30, 2), (40, 2)], "strided"),
+])
+def test_classify_recognises_patterns(runs, pattern):
+    got, share, _ = classify(runs)
+    assert got == pattern and share >= 0.6
+
+
+def test_classify_random_is_below_threshold():
+    _, share, _ = classify([(100, 1), (7, 1), (350, 1), (42, 1), (990, 1)])
+    assert share < 0.6
+
+
+def test_competitive_depth_is_switch_time_times_rate():
+    # 12.7 ms x 130 MB/s = 1.65 MB = 403 pages (Li et al.: depth = C_switch x R_tr)
+    assert competitive_depth_pages(0.0127, 130e6) == 403
+    assert competitive_depth_pages(0.0001, 1e6) == SLOW_START_PAGES  # never below slow start
+
+
+def test_online_prefetcher_slow_start_then_competitive_depth(tmp_path):
+    f = tmp_path / "data"
+    f.write_bytes(b"x" * (64 << 20))
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        p = OnlinePrefetcher(lambda key: fd, c_switch_s=0.0127, r_tr_bps=130e6)
+        depths, pos = [], 0
+        for _ in range(8):
+            p.step([ev(pos + i * 4, 4) for i in range(4)])  # 16 sequential pages per interval
+            pos += 16
+            depths.append(p.streams[(7, 42)].depth)
+        assert depths[0] == SLOW_START_PAGES
+        assert depths[1] == 2 * SLOW_START_PAGES  # doubling: slow start
+        assert max(depths) <= int(p.S * p.depth_max) and max(depths) > SLOW_START_PAGES * 4
+        assert p.issued_pages > 0
+        # nothing prefetched for a random stream
+        q = OnlinePrefetcher(lambda key: fd)
+        q.step([ev(x) for x in (100, 7, 350, 42, 990)])
+        assert q.issued_pages == 0
+    finally:
+        os.close(fd)
+
+
+def test_feedback_raises_aggressiveness_on_linear_misses(tmp_path):
+    f = tmp_path / "data"
+    f.write_bytes(b"x" * (8 << 20))
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        p = OnlinePrefetcher(lambda key: fd)
+        p.step([ev(0, 4), ev(4, 4), ev(8, 4)])
+        window = sorted(p.prefetched[(7, 42)])
+        p.step([ev(window[0], 4), ev(window[0] + 4, 4)])  # misses inside what we prefetched
+        assert p.S > 1.0 and p.history
+    finally:
+        os.close(fd)
+
+
+def test_parse_trace_lines():
+    parents = {}
+    e = parse_line(b"  python3-1234  [001] ..... 12.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a "
+                   b"pfn=0x1234 ofs=8192 order=2", parents)
+    assert (e.kind, e.dev, e.ino, e.first, e.npages, e.pid) == ("miss", os.makedev(7, 3), 0x1a, 2, 4, 1234)
+    e = parse_line(b" sh-9 [000] ..... 1.0: mm_filemap_get_pages: dev=8:1 ino=ff ofs=4096-16383", parents)
+    assert (e.kind, e.first, e.npages) == ("read", 1, 3)
+    parse_line(b" sh-9 [000] ..... 1.0: sched_process_fork: comm=sh pid=9 child_comm=sh child_pid=10", parents)
+    assert parents == {10: 9}
+
+
+def test_split_chroot_of_emulated_disk_argv():
+    root, env, cmd, clear = split_chroot(["env", "-i", "PATH=/usr/bin", "HOME=/tmp", "chroot", "/mnt/x", "python3", "-c", "1"])
+    assert (root, env, cmd, clear) == (b"/mnt/x", {b"PATH": b"/usr/bin", b"HOME": b"/tmp"}, [b"python3", b"-c", b"1"], True)
+    assert split_chroot(["python3", "-V"]) == (b"/", {}, [b"python3", b"-V"], False)
+
+
+def test_resolve_in_root_keeps_absolute_symlinks_inside(tmp_path):
+    (tmp_path / "usr" / "lib").mkdir(parents=True)
+    (tmp_path / "usr" / "lib" / "libx.so").write_bytes(b"x")
+    os.symlink("/usr/lib", tmp_path / "lib")  # absolute: must resolve inside tmp_path, not the host
+    got = resolve_in_root(os.fsencode(tmp_path), b"/lib/libx.so")
+    assert got == os.fsencode(tmp_path / "usr" / "lib" / "libx.so")
+    assert resolve_in_root(os.fsencode(tmp_path), b"/lib/../../../etc/passwd") is None
+
+
+@pytest.mark.parametrize("prog", ["python3", "gcc", "ls", "bash"])
+def test_preresolution_matches_the_dynamic_loader(prog):
+    exe = shutil.which(prog)
+    if exe is None:
+        pytest.skip(f"{prog} not installed")
+    # ld.so itself lists what it loads (LD_TRACE_LOADED_OBJECTS is what ldd uses)
+    out = subprocess.run([exe], env={"LD_TRACE_LOADED_OBJECTS": "1"}, capture_output=True).stdout
+    want = {os.path.realpath(l.split(b"=>")[1].split()[0]) for l in out.splitlines() if b"=> /" in l}
+    got = {os.path.realpath(p) for p in launch_files([os.fsencode(prog)], b"/", {b"PATH": os.fsencode(os.path.dirname(exe))})}
+    assert want and want <= got, (want - got)
