@@ -59,6 +59,7 @@ def test_bench_one_rep_synth(tmp_path):
     text = md.read_text()
     assert doc["bench_id"] in text and markdown.render(doc, doc["command"]) == text
     # The emulated disk is torn down afterwards (its state dir and tmpfs image are gone).
-    from warmstart.emudisk.disk import BACKING_DIR, STATE_ROOT
-    assert not (STATE_ROOT / f"bench-hdd7200-{os.getpid()}").exists()
-    assert not (BACKING_DIR / f"warmstart-emu-bench-hdd7200-{os.getpid()}.img").exists()
+    from warmstart.emudisk import image
+    from warmstart.emudisk.disk import STATE_ROOT
+    name = f"bench-hdd7200-{os.getpid()}"
+    assert not (STATE_ROOT / name).exists() and not (image.tmpfs_dir() / f"{name}.img").exists()
