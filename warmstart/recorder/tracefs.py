@@ -11,6 +11,7 @@ import os
 import select
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -48,19 +49,28 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_instances(root: Path) -> List[str]:
-    """Remove our instances whose recorder process is gone (it crashed or was killed)."""
+    """Remove our instances whose recorder process is gone (it crashed or was killed).
+    Returns what was removed; raises WarmstartError naming an instance that cannot be removed."""
     removed = []
     inst = root / "instances"
     for name in sorted(os.listdir(inst)):
         if not name.startswith(PREFIX):
             continue
         pid_part = name[len(PREFIX):].split("-", 1)[0]
-        if pid_part.isdigit() and not _pid_alive(int(pid_part)):
+        if not pid_part.isdigit() or _pid_alive(int(pid_part)):
+            continue
+        for attempt in range(20):
             try:
                 os.rmdir(inst / name)
                 removed.append(name)
-            except OSError:
-                pass
+                break
+            except FileNotFoundError:
+                break  # another recorder removed it first
+            except OSError as e:
+                if e.errno != errno.EBUSY or attempt == 19:
+                    raise WarmstartError(f"cannot remove stale tracefs instance {inst / name}: {e.strerror}; "
+                                         f"close whatever reads it, then: rmdir {inst / name}")
+                time.sleep(0.05)  # its dead owner's files are still being closed
     return removed
 
 
