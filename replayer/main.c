@@ -35,7 +35,8 @@ static const char usage[] =
 "  --horizon-mb N       pacing: fetch at most N MiB ahead of the app (default 64, 0 = off)\n"
 "  --reserve-mb N       leave N MiB of MemAvailable untouched (default 128)\n"
 "  --psi-limit PCT      stop prefetching at PSI memory some avg10 >= PCT (default 10, 0 = off)\n"
-"  --ioprio idle|be|none   I/O class of the fetch (default idle: demand reads go first)\n"
+"  --ioprio be|idle|none   I/O class of the fetch (default be: idle causes priority\n"
+"                       inversion when the app waits on a page idle I/O is reading)\n"
 "  --uid UID --gid GID  drop to this user before opening any scheduled file\n"
 "  --no-wait            release without checking that the pre-buffer is resident\n"
 "exit: 0 done, 1 error, 2 usage, 3 schedule refused (corrupt/foreign; the app runs normally)\n";
@@ -88,7 +89,7 @@ int main(int argc, char **argv)
 	struct replay_stats st = { .start_mono_ns = mono_ns() };
 	struct replay_opts o = { .mode = MODE_SEGMENTED, .notify_fd = -1, .pid_fd = -1, .horizon_bytes = 64ull << 20,
 				 .reserve_bytes = 128ull << 20, .psi_limit = 10.0, .wait_resident = true };
-	struct run_info ri = { .status = "ok", .mode = "segmented", .engine = "readahead", .ioprio = "idle" };
+	struct run_info ri = { .status = "ok", .mode = "segmented", .engine = "readahead", .ioprio = "be" };
 	struct wsr_schedule s = { 0 };
 	struct engine e = { 0 };
 	const char *stats_path = NULL;

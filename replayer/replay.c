@@ -298,13 +298,14 @@ static void release(struct ctx *c, const uint32_t *order, uint32_t n)
 		return;
 	c->e->drain(c->e);
 	if (c->o->wait_resident && c->e->async_completion) {
+		uint64_t t0 = mono_ns();
 		for (uint32_t i = 0; i < n; i++) {
 			const struct wsr_range *r = &c->s->ranges[order[i]];
 			int fd = c->fds[r->file_no];
-			uint64_t late = 0;
-			if (fd >= 0 && !residency_wait(fd, r->offset, r->length, &late))
-				st->prebuffer_late_bytes += late;
+			if (fd >= 0)
+				residency_wait(fd, r->offset, r->length);
 		}
+		st->prebuffer_wait_ns = mono_ns() - t0;
 	}
 	st->release_mono_ns = mono_ns();
 	st->released = true;

@@ -42,7 +42,7 @@ struct seg_stat {
 struct replay_stats {
 	uint64_t start_mono_ns, first_io_mono_ns, release_mono_ns, end_mono_ns;
 	bool released, first_io_done;
-	uint64_t prebuffer_bytes, prebuffer_late_bytes;
+	uint64_t prebuffer_bytes, prebuffer_wait_ns;  /* wait: async reads still in flight at release */
 	uint32_t ranges_total, ranges_fetched, ranges_resident, ranges_skipped_file;
 	uint32_t ranges_skipped_pressure, ranges_skipped_app_exit, device_ranges;
 	uint64_t bytes_scheduled, bytes_fetched, bytes_resident, bytes_skipped_pressure;

@@ -1,7 +1,6 @@
 #include "residency.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -93,17 +92,9 @@ const char *residency_method(void)
 	return last_method;
 }
 
-int residency_wait(int fd, uint64_t off, uint64_t len, uint64_t *late_bytes)
+int residency_wait(int fd, uint64_t off, uint64_t len)
 {
 	static char buf[64 << 10];
-	uint64_t cached = 0;
-
-	*late_bytes = 0;
-	if (!residency(fd, off, len, &cached) && cached >= len)
-		return 0;
-	*late_bytes = len - cached;
-	/* A buffered read blocks on pages whose read is in flight and reads any the async
-	 * engine did not (a readahead the kernel trimmed); afterwards the range is resident. */
 	while (len) {
 		size_t n = len < sizeof(buf) ? len : sizeof(buf);
 		ssize_t got = pread(fd, buf, n, (off_t)off);

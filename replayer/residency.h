@@ -12,9 +12,10 @@ int residency(int fd, uint64_t off, uint64_t len, uint64_t *cached_bytes);
 /* Which method the last successful call used: "cachestat" or "mincore". */
 const char *residency_method(void);
 
-/* Make [off, off+len) resident, waiting for reads already in flight: returns at once when
- * residency() says it is all cached, else reads it through a small buffer. *late_bytes gets
- * the bytes that were not yet resident. Returns 0 or -errno. */
-int residency_wait(int fd, uint64_t off, uint64_t len, uint64_t *late_bytes);
+/* Make [off, off+len) resident AND uptodate, waiting for reads already in flight: reads it
+ * through a small buffer (a buffered read sleeps on pages whose read is in flight and reads any
+ * the async engine did not queue). cachestat alone is not enough: it counts pages that are in
+ * the cache but still being read. Returns 0 or -errno. */
+int residency_wait(int fd, uint64_t off, uint64_t len);
 
 #endif

@@ -62,10 +62,10 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 		st->ranges_total, st->ranges_fetched, st->ranges_resident, st->ranges_skipped_file,
 		st->ranges_skipped_pressure, st->ranges_skipped_app_exit, st->device_ranges);
 	fprintf(f, " \"bytes_scheduled\": %llu, \"bytes_fetched\": %llu, \"bytes_resident\": %llu, "
-		"\"bytes_skipped_pressure\": %llu, \"prebuffer_bytes\": %llu, \"prebuffer_late_bytes\": %llu,\n",
+		"\"bytes_skipped_pressure\": %llu, \"prebuffer_bytes\": %llu, \"prebuffer_wait_ns\": %llu,\n",
 		(unsigned long long)st->bytes_scheduled, (unsigned long long)st->bytes_fetched,
 		(unsigned long long)st->bytes_resident, (unsigned long long)st->bytes_skipped_pressure,
-		(unsigned long long)st->prebuffer_bytes, (unsigned long long)st->prebuffer_late_bytes);
+		(unsigned long long)st->prebuffer_bytes, (unsigned long long)st->prebuffer_wait_ns);
 	fprintf(f, " \"files_total\": %u, \"files_opened\": %u, \"files_changed\": %u, "
 		"\"files_missing\": %u, \"files_denied\": %u, \"files_other_error\": %u, "
 		"\"noatime_fallbacks\": %u,\n",

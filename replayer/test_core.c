@@ -55,7 +55,7 @@ static void test_residency(void)
 	char path[] = "/tmp/warmstart-test-residency-XXXXXX";
 	int fd = mkstemp(path);
 	static char buf[256 << 10];
-	uint64_t cached = 0, late = 0;
+	uint64_t cached = 0;
 
 	if (fd < 0) {
 		CHECK(0, "mkstemp");
@@ -66,10 +66,9 @@ static void test_residency(void)
 	fdatasync(fd);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	CHECK(residency(fd, 0, sizeof(buf), &cached) == 0 && cached == 0, "evicted file has nothing cached");
-	CHECK(residency_wait(fd, 4096, 8192, &late) == 0 && late == 8192, "wait reads what was missing");
+	CHECK(residency_wait(fd, 4096, 8192) == 0, "wait reads what was missing");
 	CHECK(residency(fd, 4096, 8192, &cached) == 0 && cached == 8192, "those pages are resident now");
 	CHECK(residency(fd, 65536, 4096, &cached) == 0 && cached == 0, "others are not");
-	CHECK(residency_wait(fd, 4096, 8192, &late) == 0 && late == 0, "resident range returns at once");
 	close(fd);
 	unlink(path);
 }
