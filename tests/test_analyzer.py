@@ -105,10 +105,10 @@ def test_sorted_order_is_faster_than_shuffled_on_the_emulated_hdd(emu_hdd):
     shuffled = probe.run(emu_hdd.loop_dev, [(0, 4096)] + ranges)
     ordered = probe.run(emu_hdd.loop_dev, [(0, 4096)] + sorted(ranges), repeat=3)
     assert ordered.elapsed_s < 0.8 * shuffled.elapsed_s, (ordered.elapsed_s, shuffled.elapsed_s)
-    # repeatable: within 10% here (the disk model is deterministic up to rotation phase and FUSE
-    # latency; the 2 cores are shared with other engineers' test runs, hence not a few percent)
+    # repeatable: the disk model is deterministic up to rotation phase, but FUSE latency is not and
+    # the 2 cores are shared with other test runs: measured 2-12% spread under load, so 20% here
     runs = ordered.runs_s
-    assert max(runs) - min(runs) < 0.10 * min(runs), runs
+    assert max(runs) - min(runs) < 0.20 * min(runs), runs
 
 
 # ---- end-to-end: a recording made of real files, analyzed against the device --------------------

@@ -14,7 +14,8 @@ import numpy as np
 
 from .diskmodel import DiskProfile
 from .ordering import PieceTable
-from .probe import device_path, run
+from ..errors import WarmstartError
+from .probe import check_direct, device_path, run
 from .segment import Cost
 
 
@@ -39,20 +40,35 @@ class ModelCost(Cost):
 
 
 class DiskCost(Cost):
+    """Devices that cannot be read with O_DIRECT (another file system the launch touched, e.g. the
+    root disk of a chroot) are costed by their profile in `fallback` if there is one, else not
+    at all; `unprobed` says which and why, and the analysis reports it."""
+
     def __init__(self, table: PieceTable, budget_s: Optional[float] = None,
-                 paths: Optional[Dict[int, str]] = None):
+                 paths: Optional[Dict[int, str]] = None, fallback: Optional[Dict[int, DiskProfile]] = None):
         super().__init__()
         self.table = table
-        self.paths = dict(paths or {})
+        self.paths = {d: p for d, p in (paths or {}).items() if p}
+        self.fallback = dict(fallback or {})
+        self.unprobed: Dict[int, str] = {}
         self.deadline = None if budget_s is None else time.monotonic() + budget_s
         self.probe_s = 0.0
 
     def exhausted(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
-    def path(self, dev: int) -> str:
+    def path(self, dev: int) -> Optional[str]:
+        """The device node to probe, or None (and the reason in unprobed) if it cannot be."""
+        if dev in self.unprobed:
+            return None
         if dev not in self.paths:
-            self.paths[dev] = device_path(dev)
+            try:
+                self.paths[dev] = device_path(dev)
+                check_direct(self.paths[dev])
+            except WarmstartError as e:
+                self.paths.pop(dev, None)
+                self.unprobed[dev] = str(e)
+                return None
         return self.paths[dev]
 
     def measure(self, a: int, b: int) -> float:
@@ -64,8 +80,15 @@ class DiskCost(Cost):
             j = i
             while j < n and dev[j] == dev[i]:
                 j += 1
+            path = self.path(int(dev[i]))
+            if path is None:
+                prof = self.fallback.get(int(dev[i]))
+                if prof is not None:
+                    total += prof.access_time_arrays(dev[i:j], start[i:j], length[i:j])
+                i = j
+                continue
             ranges = [(0, 4096)] + _merge_contiguous(start[i:j], length[i:j])
-            r = run(self.path(int(dev[i])), ranges)
+            r = run(path, ranges)
             total += r.elapsed_s - r.request_s[0]
             i = j
         self.probe_s += total

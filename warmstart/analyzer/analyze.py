@@ -10,7 +10,7 @@ A device that cannot be opened O_DIRECT makes `disk`/`hybrid` fail with the fix 
 `auto` then falls back to `model` if there is a profile, and says so in the result.
 """
 
-import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
@@ -44,7 +44,7 @@ class Options:
     strip_bytes: Optional[int] = None
     stripe_disks: Optional[int] = None
     search_budget_s: float = 0.5              # model search
-    disk_budget_factor: float = 1.0           # disk probing, x the recorded cold launch time
+    disk_budget_factor: float = 0.5           # disk probing, x the recorded cold launch time
     save: bool = True
 
 
@@ -161,8 +161,13 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
 
     cold_s = max(r.launch_time_s for r in recs)
     model = ModelCost(table, prof) if prof else None
-    disk = DiskCost(table, budget_s=opts.disk_budget_factor * cold_s, paths={dev: dev_path}) \
-        if method in ("disk", "hybrid") else None
+    disk = None
+    if method in ("disk", "hybrid"):
+        others = {p.dev for ps in items for p in ps} - {dev}
+        fallback = {d: row[1] for d in others for row in [profile_db.latest_profile(conn, d)] if row}
+        if prof:
+            fallback[dev] = prof
+        disk = DiskCost(table, budget_s=opts.disk_budget_factor * cold_s, paths={dev: dev_path}, fallback=fallback)
 
     say(f"segmenting {len(items)} requests ({method} probes)")
     search_cost = model if method in ("model", "hybrid") else disk
@@ -260,5 +265,6 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
         "dropped_writes": seq.dropped_writes, "dropped_rereads": seq.dropped_rereads,
         "probe_calls": {"model": model.calls if model else 0, "disk": disk.calls if disk else 0},
         "disk_probe_s": disk.probe_s if disk else 0.0,
+        "unprobed_devices": {f"{os.major(d)}:{os.minor(d)}": why for d, why in (disk.unprobed.items() if disk else ())},
         "analysis_s": time.monotonic() - t_start, "cold_launch_s": cold_s, **params,
     }

@@ -21,6 +21,8 @@ def _text(r):
     if r.get("model_error") and r["model_error"]["median"] is not None:
         e = r["model_error"]
         lines.append(f"  model error vs disk: median {e['median']:+.1%} (min {e['min']:+.1%}, max {e['max']:+.1%})")
+    for d, why in r.get("unprobed_devices", {}).items():
+        lines.append(f"  device {d} not timed on the disk ({why})")
     if r.get("fallback"):
         lines.append(f"  note: {r['fallback']}")
     lines.append(f"  analysis took {r['analysis_s']:.2f} s")
