@@ -1,0 +1,99 @@
+"""Recorder logic without the kernel: parsers, backend agreement, c_i arithmetic, --until."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from warmstart.errors import WarmstartError
+from warmstart.launching import launch, parse_until
+from warmstart.recorder.blktrace import parse_blkparse
+from warmstart.recorder.cputime import CpuCurve, assign_cpu
+from warmstart.recorder.events import assemble_requests, parse_lines
+from warmstart.recorder.model import BlockRequest
+from warmstart.recorder.tasks import build_tree
+
+FIX = Path(__file__).parent / "recorder_fixtures"
+
+
+def test_blktrace_and_tracefs_parsers_agree():
+    """The same four requests as blkparse prints them and as the tracepoints print them: a
+    readahead, a metadata read, two bios merged into one request issued by kblockd's kworker
+    (submitter = the thread that queued the first bio), and a journal write."""
+    bt = assemble_requests(parse_blkparse(FIX.joinpath("blkparse.txt").read_bytes().splitlines()))
+    tf = assemble_requests(parse_lines(FIX.joinpath("tracefs.txt").read_bytes().splitlines()))
+    assert [r.key() for r in bt] == [r.key() for r in tf]
+    assert [(r.sector, r.nr_sectors, r.rwbs, r.tid) for r in tf] == [
+        (266240, 128, "RA", 4242), (1058, 8, "RM", 4242), (303104, 16, "R", 4243), (530432, 24, "WS", 91)]
+    assert tf[0].dev == os.makedev(7, 2) and tf[3].is_write and tf[1].is_meta and tf[0].is_readahead
+    assert tf[2].comm == "synthlaunch" and tf[2].pid == 4242  # tgid from record-tgid
+    # times agree once aligned on the first event (blkparse's are relative to it)
+    base = tf[0].queue_ns
+    for a, b in zip(bt, tf):
+        for f in ("queue_ns", "issue_ns", "complete_ns"):
+            assert getattr(a, f) + base == getattr(b, f), f
+
+
+def test_line_parser_handles_odd_comms_and_no_tgid():
+    lines = [b"  my prog-x-77 [001] .....  12.000001: sched_process_exit: comm=a pid=77 prio=120 group_dead=true",
+             b"  tool-9 (      9) [000] d..2.  3.5: sched_switch: prev_comm=a prev_pid=9 prev_prio=1 "
+             b"prev_state=S ==> next_comm=b next_pid=0 next_prio=1",
+             b"# comment", b"garbage line"]
+    ev = parse_lines(lines)
+    assert [(e.comm, e.tid, e.tgid, e.cpu, e.ts_ns) for e in ev] == [
+        ("my prog-x", 77, None, 1, 12_000_001_000), ("tool", 9, 9, 0, 3_500_000_000)]
+
+
+def _switch(t, cpu, prev, nxt):
+    return (f"  x-{prev} ({prev:>7}) [{cpu:03d}] d..2.  {t // 10**9}.{t % 10**9 // 1000:06d}: sched_switch: "
+            f"prev_comm=x prev_pid={prev} prev_prio=120 prev_state=S ==> next_comm=y next_pid={nxt} "
+            f"next_prio=120").encode()
+
+
+def test_cpu_time_of_a_multithreaded_tree_and_c_i():
+    ms = 1_000_000
+    fork = b"  p-100 (    100) [000] .....  0.000001: sched_process_fork: comm=p pid=100 child_comm=p child_pid=101"
+    lines = [fork,
+             _switch(10 * ms, 0, 0, 100), _switch(30 * ms, 0, 100, 0),        # root: 20 ms on cpu0
+             _switch(20 * ms, 1, 0, 101), _switch(40 * ms, 1, 101, 0),        # thread: 20 ms on cpu1
+             _switch(50 * ms, 1, 0, 555), _switch(60 * ms, 1, 555, 0)]        # not in the tree
+    events = sorted(parse_lines(lines), key=lambda e: e.ts_ns)
+    tree = build_tree(events, root=100, start_ns=0, end_ns=100 * ms)
+    assert tree.tids == {100, 101}
+    curve = CpuCurve(tree.intervals)
+    assert curve(100 * ms) == 40 * ms and curve(25 * ms) == 15 * ms + 5 * ms
+    reqs = [BlockRequest(dev=1, sector=0, nr_sectors=8, rwbs="R", issue_ns=5 * ms, complete_ns=15 * ms),
+            BlockRequest(dev=1, sector=8, nr_sectors=8, rwbs="R", issue_ns=25 * ms, complete_ns=45 * ms),
+            BlockRequest(dev=1, sector=16, nr_sectors=8, rwbs="R", issue_ns=35 * ms, complete_ns=38 * ms)]
+    tail = assign_cpu(reqs, curve, 0, 100 * ms)
+    # c_1: nothing ran before 5 ms; c_2: 15..25 ms = root 10 + thread 5; c_3: p_2 still in flight -> 0
+    assert [r.cpu_before_ns for r in reqs] == [0, 15 * ms, 0]
+    assert tail == 2 * ms  # 38..40 ms: only the thread still runs (the root stopped at 30 ms)
+
+
+@pytest.mark.parametrize("spec,kind", [("exit", "exit"), ("idle=1.5", "idle"), ("stdout=^ready", "stdout"),
+                                       ("file=/tmp/x", "file")])
+def test_parse_until(spec, kind):
+    assert parse_until(spec).kind == kind and str(parse_until(spec)) == spec
+
+
+@pytest.mark.parametrize("spec", ["idle", "idle=x", "idle=-1", "stdout=(", "wait=3", "file="])
+def test_parse_until_rejects(spec):
+    with pytest.raises(WarmstartError, match="--until"):
+        parse_until(spec)
+
+
+def test_launch_ends(tmp_path):
+    r = launch(["sh", "-c", "echo one; sleep 0.2; echo ready; sleep 30"], parse_until("stdout=^ready$"),
+               timeout=10, passthrough=False)
+    assert r.end_reason == "stdout" and 0.15 < r.launch_time_s < 2 and r.exit_status is None
+    assert r.output == b"one\nready\n"
+    flag = tmp_path / "up"
+    r = launch(["sh", "-c", f"sleep 0.2; touch {flag}; sleep 30"], parse_until(f"file={flag}"), timeout=10)
+    assert r.end_reason == "file" and 0.15 < r.launch_time_s < 2
+    r = launch(["sh", "-c", "exit 7"], timeout=10, passthrough=False)
+    assert (r.end_reason, r.exit_status) == ("exit", 7)
+    r = launch(["sleep", "30"], timeout=0.3)
+    assert r.end_reason == "timeout" and r.exit_status is None
+    with pytest.raises(WarmstartError, match="command not found"):
+        launch(["no-such-command-wsrec"])
