@@ -56,9 +56,12 @@ def fill(conn):
                     (ids[app], sid, "b1", mode, "readahead" if sid else None, "hdd7200", t, v,
                      pref, 90 << 20 if sid else None, 80 << 20 if sid else None))
                 t += 10
-    # A failed launch must not count towards the times.
+    # A failed launch and one the runner could not prefetch must not count towards the times.
     conn.execute("INSERT INTO launches(app_id, mode, disk, started_at, launch_time_s, exit_status, bench_id)"
                  " VALUES (?, 'segmented', 'hdd7200', ?, 0.001, 1, 'b1')", (ids["gcc"], t))
+    conn.execute("INSERT INTO launches(app_id, mode, disk, started_at, launch_time_s, exit_status, bench_id,"
+                 " details_json) VALUES (?, 'segmented', 'hdd7200', ?, 0.002, 0, 'b1', ?)",
+                 (ids["gcc"], t + 1, '{"notes": ["prefetch failed, launched without it: refused"]}'))
     return ids
 
 
@@ -106,7 +109,7 @@ def test_json_numbers_match_the_database(db_path):
     assert py["accuracy"] == pytest.approx(80 / 90) and py["waste"] == pytest.approx(20 / 100)
     assert py["schedule_age_s"] == pytest.approx(86400, rel=0.01) and py["schedule_stale"] is False
     gcc = by_app["gcc"]
-    assert gcc["failed_launches"] == 1 and gcc["prefetched"]["min"] == 0.5  # the failed 0.001 s is out
+    assert gcc["failed_launches"] == 2 and gcc["prefetched"]["min"] == 0.5  # 0.001 and 0.002 s are out
     assert gcc["schedule_stale"] is True and gcc["methods"].get("reorder") is None
 
 

@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .summary import METHOD_ORDER  # noqa: E402
+from .summary import METHOD_ORDER, unprefetched  # noqa: E402
 
 STYLE = {  # method: (gray fill, hatch, marker)
     "cold": ("0.15", "", "o"),
@@ -124,7 +124,8 @@ def history(launches: list, recordings: dict, stem: Path) -> list:
     """Launch time against date per app and method; vertical lines where the app was re-recorded.
 
     launches: rows with app, method, started_at, launch_time_s; recordings: app -> [started_at]."""
-    launches = [r for r in launches if r["exit_status"] in (0, None)]  # a failed launch is no time
+    # A failed or unprefetched launch is no measurement of its method.
+    launches = [r for r in launches if r["exit_status"] in (0, None) and not unprefetched(r)]
     apps = sorted({r["app"] for r in launches})
     if not apps:
         return []

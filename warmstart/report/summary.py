@@ -66,6 +66,12 @@ def load_launches(conn, names: Sequence[str] = (), bench_id: Optional[str] = Non
     return out
 
 
+def unprefetched(row: dict) -> bool:
+    """A prefetch-mode launch the runner had to start without prefetching (it says why in
+    details.notes): timing it as 'segmented' would credit the prefetcher with a plain launch."""
+    return row["mode"] not in NOT_PREFETCHED and bool((row.get("details") or {}).get("notes"))
+
+
 def latest_bench_id(conn) -> Optional[str]:
     row = conn.execute("SELECT bench_id FROM launches WHERE bench_id IS NOT NULL "
                        "ORDER BY started_at DESC, id DESC LIMIT 1").fetchone()
@@ -80,15 +86,16 @@ def _sum(values: Iterable) -> Optional[int]:
 def summarize(launches: list, prefetch_method: Optional[str] = None, now: Optional[float] = None) -> list:
     """One dict per (app, disk) with medians/spreads per method and the derived gains.
 
-    Only launches that ran correctly (exit status 0 or unknown) count towards times; failed ones
-    are counted separately so a broken mode cannot look fast."""
+    Only launches that ran correctly (exit status 0 or unknown) and, in a prefetch mode, were
+    really prefetched count towards times; the others are counted as failed_launches so a broken
+    mode cannot look fast."""
     now = time.time() if now is None else now
     groups = {}
     for row in launches:
         groups.setdefault((row["app"], row["disk"]), []).append(row)
     result = []
     for (app, disk), rows in sorted(groups.items()):
-        ok = [r for r in rows if r["exit_status"] in (0, None)]
+        ok = [r for r in rows if r["exit_status"] in (0, None) and not unprefetched(r)]
         by_method = {}
         for r in ok:
             by_method.setdefault(r["method"], []).append(r)
