@@ -6,9 +6,11 @@ metadata ranges and CPU times are kept, t_disk_s and t_exp_s are re-modelled. Th
 as the app's new active schedule (params.remapped_from = the old id), so `run` and `bench` fetch
 in the new order at once.
 
-Step 2 (hook): ANALYZER_HOOK names the analyzer's library entry point that re-segments a schedule
-for the new layout (Algorithm 1 with the new t_i: fewer, longer segments). When that function
-exists it is called after the remap; until then the report says it was not available.
+Step 2: the analyzer (ANALYZER_HOOK, `warmstart.analyzer.analyze.analyze`) is run on the app's
+recordings. It maps every recorded access through the files' FIEMAP as it is now, so it sees the
+new layout and re-segments (Algorithm 1 with the new, shorter t_i: fewer, longer segments); its
+schedule replaces the remapped one. If it cannot run (no recordings, no device profile and no
+O_DIRECT probes, ...), the remapped schedule stays active and the report says why.
 """
 
 import dataclasses
@@ -20,8 +22,8 @@ from ..db.schedules import Extent, Range, ScheduledFile, Schedule, load_active_s
 from . import model
 from .extents import fiemap
 
-# "module:function", called as function(conn, app_name) after the remap.
-ANALYZER_HOOK = "warmstart.analyzer:reanalyze_after_relocation"
+# "module:function", called as function(conn, app_name, Options(...)) after the remap.
+ANALYZER_HOOK = "warmstart.analyzer.analyze:analyze"
 
 
 def analyzer_hook() -> Optional[Callable]:
@@ -130,10 +132,22 @@ def reanalyze(conn, app_names) -> List[dict]:
         new = remap_schedule(old, files)
         sid = save_schedule(conn, new)
         entry = {"app": name, "old_schedule": old.id, "remapped_schedule": sid,
-                 "analyzer": "not available (hook %s)" % ANALYZER_HOOK}
+                 "analyzer": f"not available ({ANALYZER_HOOK})"}
         if hook is not None:
-            result = hook(conn, name)
-            entry["analyzer"] = "re-segmented"
-            entry["analyzer_result"] = result if isinstance(result, (int, str, dict)) else None
+            entry["analyzer"] = _run_analyzer(conn, hook, name, old)
         out.append(entry)
     return out
+
+
+def _run_analyzer(conn, hook, name: str, old: Schedule) -> str:
+    """Re-run the analyzer with the options the old schedule was made with; say what happened."""
+    from ..analyzer.analyze import ALGORITHMS, PROBES, Options
+    from ..errors import WarmstartError
+    opts = Options(probe=old.probe if old.probe in PROBES else "auto",
+                   algorithm=old.algorithm if old.algorithm in ALGORITHMS else "optimal")
+    try:
+        result = hook(conn, name, opts)
+    except WarmstartError as e:
+        return f"not re-run ({e}); the remapped schedule is active"
+    segs = result.get("segments") if isinstance(result, dict) else None
+    return "re-segmented" + (f" ({len(segs)} segments)" if isinstance(segs, list) else "")

@@ -177,13 +177,15 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
                 moved_paths.add(p.path)
                 report.moved_bytes += p.nblocks * block
                 if i % 50 == 0:
-                    say(f"moved {i + 1}/{len(layout.pieces)} pieces")
+                    say(f"moving: {i + 1}/{len(layout.pieces)} pieces done")
     finally:
         d.close()   # frees the files' old blocks, now owned by the donor
     report.moved_files = len(moved_paths)
     report.extents_after = _extent_count(moved_paths)
     for name, s in targets.items():
         report.model_after[name] = model.schedule_cost(s, FileMap().locate, stroke).as_dict()
+
+    say(f"moved {report.moved_files} files; re-analyzing the schedules that read them")
 
     # 5. Record, then remap every active schedule that reads a moved file.
     affected = [s.app_name for s in all_active if moved_paths & {f.path for f in s.files}]
