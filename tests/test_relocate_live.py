@@ -191,6 +191,7 @@ def test_relocation_makes_files_contiguous_in_order_and_keeps_content(two_apps, 
                 assert rng.sector == (ex.physical + rng.file_offset - ex.logical) // 512
         assert r.model_after[name]["seeks"] * 5 <= r.model_before[name]["seeks"]
     assert conn.execute("SELECT moved_files FROM relocations").fetchone()[0] == len(files)
+    print(f"extents {n_before} -> {r.extents_after}; model a {r.model_before['a']} -> {r.model_after['a']}")
 
 
 def test_refusals_say_why_and_the_rest_still_moves(ext4, db_path, tmp_path):
