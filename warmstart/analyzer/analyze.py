@@ -90,12 +90,15 @@ def map_sequence(seq: LaunchSequence, fmap: FileMap):
     return kept, items
 
 
-def _main_dev(items) -> int:
+def _main_dev(conn, items) -> int:
+    """The device the schedule is timed on: the most-read one among those with a profile, else
+    the most-read one (a chroot launch also reads the host's root disk a little)."""
     size: Dict[int, int] = {}
     for ps in items:
         for p in ps:
             size[p.dev] = size.get(p.dev, 0) + p.nr_sectors
-    return max(size, key=size.get)
+    profiled = [d for d in size if profile_db.latest_profile(conn, d)]
+    return max(profiled or size, key=size.get)
 
 
 def _to_ranges(pieces: Sequence[Piece]) -> List[Range]:
@@ -128,7 +131,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
                              f"since recording: {len(fmap.report.skipped)} skipped): record it again")
     cpu_s = [a.cpu_ns / 1e9 for a in kept]
     table = PieceTable(items, metadata_first=opts.metadata_first)
-    dev = _main_dev(items)
+    dev = _main_dev(conn, items)
 
     # The device, its profile, and whether it can be probed.
     prof_row = None

@@ -88,11 +88,13 @@ def measure(path: str, samples: int = 5, seed: int = 1, progress: Optional[Calla
         else:
             break
     seek_curve = [(1.0, back[0][1])] + back
-    # Monotone curve: a longer seek never costs less (noise otherwise bends the search).
-    mono, m = [], 0.0
-    for d, t in seek_curve:
-        m = max(m, t)
+    # Monotone curve: a longer seek never costs less. Taken as the running minimum from the long
+    # end, so one slow sample (another process on the shared CPU) cannot lift every longer distance.
+    mono, m = [], float("inf")
+    for d, t in reversed(seek_curve):
+        m = min(m, t)
         mono.append((d, m))
+    mono.reverse()
     c_switch = mean_random_switch(mono, float(size))
     prof = DiskProfile(seek_curve=mono, rate_curve=rate_curve, overhead_s=overhead, stream_bytes=stream,
                        c_switch_s=c_switch, r_tr_Bps=r_tr, size_bytes=size, device=path,
