@@ -35,12 +35,17 @@ static int cmp_u64(uint64_t a, uint64_t b)
 	return a < b ? -1 : a > b;   /* never a - b: 64-bit values */
 }
 
+/* Metadata (block-device ranges) first, then file data, each in LBA order: opening a file and
+ * mapping its blocks needs its inode and extent blocks, so data fetched before them stalls on
+ * synchronous metadata reads, one seek each (the analyzer orders each segment the same way). */
 static int by_lba(const void *pa, const void *pb)
 {
 	const struct wsr_range *a = &sort_s->ranges[*(const uint32_t *)pa];
 	const struct wsr_range *b = &sort_s->ranges[*(const uint32_t *)pb];
-	int c = cmp_u64(sort_s->files[a->file_no].kind == WSR_KIND_BLOCKDEV ? sort_s->files[a->file_no].dev : 0,
-			sort_s->files[b->file_no].kind == WSR_KIND_BLOCKDEV ? sort_s->files[b->file_no].dev : 0);
+	const struct wsr_file *fa = &sort_s->files[a->file_no], *fb = &sort_s->files[b->file_no];
+	int c = cmp_u64(fa->kind != WSR_KIND_BLOCKDEV, fb->kind != WSR_KIND_BLOCKDEV);
+	if (!c)
+		c = cmp_u64(fa->kind == WSR_KIND_BLOCKDEV ? fa->dev : 0, fb->kind == WSR_KIND_BLOCKDEV ? fb->dev : 0);
 	if (!c)
 		c = cmp_u64(a->sector, b->sector);
 	return c ? c : cmp_u64(*(const uint32_t *)pa, *(const uint32_t *)pb);

@@ -7,6 +7,7 @@ then cached in /var/cache/warmstart/images keyed by the package set, seed and fo
 """
 
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -18,7 +19,7 @@ from typing import Callable, List, Optional
 from ..errors import WarmstartError
 from . import image as images, packages, sysops
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: mtimes kept, byte-code caches copied
 SEED = 20150601
 # What must run in the image: python3 (Debian's 3.11), `gcc -c` and node, with all they depend on.
 ROOTS = ["python3", "python3.11", "libpython3.11-stdlib", "gcc", "gcc-12", "cpp", "binutils",
@@ -88,8 +89,14 @@ def build(order: List[packages.Package], size_mb: int, dest: Path) -> None:
         root = os.fsencode(str(mnt))
         _base_layout(root)
         for pkg in order:
-            for path in packages.file_list(pkg):
+            paths = packages.file_list(pkg)
+            for path in paths:
                 _copy_entry(root, path)
+            # As py3compile in the package's postinst: its byte-code lands right after it.
+            # Without it every launch compiles and writes .pyc files, so no two launches agree.
+            for path in paths:
+                if path.endswith(b".py"):
+                    _copy_bytecode(root, path)
         sysops.unmount(root)
         sysops.loop_detach(loop)
         loop = None
@@ -180,7 +187,26 @@ def _copy_entry(root: bytes, path: bytes) -> None:
                 while os.sendfile(out, src, None, 1 << 24) > 0:
                     pass
                 os.fchmod(out, stat.S_IMODE(st.st_mode))
+                # dpkg keeps the packaged mtime; .pyc files are valid only against it.
+                os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
             finally:
                 os.close(out)
         finally:
             os.close(src)
+
+
+def _copy_bytecode(root: bytes, source: bytes) -> None:
+    """Copy the host's compiled byte-code of one packaged .py file, if it has one."""
+    cached = os.fsencode(importlib.util.cache_from_source(os.fsdecode(source)))
+    if not os.path.isfile(cached):
+        return
+    cache_dir = os.path.dirname(cached)
+    dst_dir = _resolve(root, cache_dir)
+    if dst_dir is None:
+        return
+    if not os.path.isdir(dst_dir):
+        parent = _resolve(root, os.path.dirname(cache_dir))
+        if parent is None or not os.path.isdir(parent):
+            return
+        os.mkdir(dst_dir, 0o755)
+    _copy_entry(root, cached)
