@@ -9,7 +9,6 @@ So we accept [burst - 1 ms, 1.10 * burst + 5 ms]. On this shared 2-core VM we me
 +0.9..+1.9 ms over 100 ms bursts.
 """
 
-import array
 import fcntl
 import json
 import os
@@ -22,11 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, require
+from conftest import REPO
 from warmstart.db import open_db
 from warmstart.db import recordings as store
 from warmstart.errors import WarmstartError
-from warmstart.launching import parse_until
 from warmstart.recorder.recorder import RecordOptions, record_once
 from warmstart.recorder.tracefs import list_our_instances, remove_stale_instances, tracefs_root
 

@@ -1,7 +1,6 @@
 """`warmstart report`: table math against rows in a real SQLite file, figures, the HTML page."""
 
 import base64
-import io
 import json
 import re
 import statistics
@@ -12,8 +11,7 @@ from click.testing import CliRunner
 
 from warmstart.cli import cli
 from warmstart.db import open_db
-from warmstart.report import stats, table
-from warmstart.report.summary import load_launches, summarize
+from warmstart.report import stats
 
 NOW = time.time()
 TIMES = {  # app -> method -> launch times (s)

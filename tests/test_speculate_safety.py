@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import pytest

@@ -70,20 +70,25 @@ from .commands.report import report; cli.add_command(report)  # noqa: E402
 from .commands.dbinfo import db_info; cli.add_command(db_info)  # noqa: E402
 
 
-def main():
+def run_click(group, prog: str) -> None:
+    """Run a click group as a program: user errors become one line on stderr, never a traceback."""
     try:
-        cli.main(standalone_mode=False)
+        group.main(standalone_mode=False, prog_name=prog)
     except WarmstartError as e:
-        click.echo(f"warmstart: {e}", err=True)
+        click.echo(f"{prog}: {e}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
-        click.echo("warmstart: interrupted", err=True)
+        click.echo(f"{prog}: interrupted", err=True)
         sys.exit(130)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+
+
+def main():
+    run_click(cli, "warmstart")
 
 
 if __name__ == "__main__":

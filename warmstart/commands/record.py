@@ -106,7 +106,7 @@ def record(ctx, name, runs, until_spec, timeout, backend, cold, devices, allow_f
             for _ in bar:
                 done.append(record_once(conn, name, list(command), opts, say))
     except KeyboardInterrupt:
-        err = WarmstartError(f"interrupted; this launch was not stored and tracing was removed"
+        err = WarmstartError("interrupted; this launch was not stored and tracing was removed"
                              + (f" (recordings {', '.join(map(str, done))} were stored)" if done else ""))
         err.exit_code = 130
         raise err

@@ -97,7 +97,7 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
                 [(rid, f.dev, f.ino, f.path, f.size, f.mtime_ns, f.ctime_ns) for f in rec.files])
     except sqlite3.OperationalError as e:
         if "full" in str(e).lower():
-            raise WarmstartError(f"database disk is full; nothing was stored: free space or pass --db PATH elsewhere")
+            raise WarmstartError("database disk is full; nothing was stored: free space or pass --db PATH elsewhere")
         raise WarmstartError(f"cannot store the recording ({e}); nothing was stored")
     return rid
 

@@ -4,11 +4,9 @@ Thin: parses options, calls warmstart.emudisk, prints (text, or JSON with --json
 """
 
 import json
-import sys
 
 import click
 
-from ..errors import WarmstartError
 from .disk import EmuDisk
 
 name_option = click.option("--name", default="emu", show_default=True, help="Disk name (state in /run/warmstart-emu/NAME).")
@@ -93,19 +91,8 @@ def _emit(obj, as_json, text):
 
 
 def entry():
-    try:
-        main.main(standalone_mode=False)
-    except WarmstartError as e:
-        click.echo(f"emu-disk: {e}", err=True)
-        sys.exit(1)
-    except click.exceptions.Abort:
-        click.echo("emu-disk: interrupted", err=True)
-        sys.exit(130)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+    from ..cli import run_click
+    run_click(main, "emu-disk")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..errors import WarmstartError
+from ..mountinfo import unescape
 
 
 def run(argv: List, fix: str = "", **kw) -> subprocess.CompletedProcess:
@@ -29,23 +30,11 @@ def run(argv: List, fix: str = "", **kw) -> subprocess.CompletedProcess:
 
 # ---- mounts ---------------------------------------------------------------------------------
 
-def _unescape_mountinfo(field: bytes) -> bytes:
-    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    out, i = bytearray(), 0
-    while i < len(field):
-        if field[i:i + 1] == b"\\" and field[i + 1:i + 4].isdigit():
-            out.append(int(field[i + 1:i + 4], 8))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return bytes(out)
-
 
 def mount_targets() -> List[bytes]:
     """Mount points of this mount namespace, as bytes."""
     with open("/proc/self/mountinfo", "rb") as f:
-        return [_unescape_mountinfo(line.split()[4]) for line in f]
+        return [unescape(line.split()[4]) for line in f]
 
 
 def mounts_under(path: Path) -> List[bytes]:

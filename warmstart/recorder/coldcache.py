@@ -11,7 +11,7 @@ none: leave the cache alone (warm launches; tests of the recorder itself).
 """
 
 import os
-from typing import Callable, Iterable, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Sequence, Tuple
 
 from ..errors import WarmstartError
 

@@ -9,22 +9,10 @@ Runs after tracing has stopped: its own reads are not part of any recording.
 
 import os
 import stat
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Set, Tuple
 
 from .model import FileInfo
-
-
-def _unescape(field: bytes) -> bytes:
-    # mountinfo escapes space, tab, newline and backslash as \ooo
-    out, i = bytearray(), 0
-    while i < len(field):
-        if field[i:i + 1] == b"\\" and field[i + 1:i + 4].isdigit():
-            out.append(int(field[i + 1:i + 4], 8))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return bytes(out)
+from ..mountinfo import unescape
 
 
 def mounts_of(dev: int) -> List[bytes]:
@@ -38,7 +26,7 @@ def mounts_of(dev: int) -> List[bytes]:
             major, minor = parts[2].split(b":")
             if os.makedev(int(major), int(minor)) != dev:
                 continue
-            (roots if parts[3] == b"/" else others).append(_unescape(parts[4]))
+            (roots if parts[3] == b"/" else others).append(unescape(parts[4]))
     return roots + others
 
 

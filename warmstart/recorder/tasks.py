@@ -7,7 +7,7 @@ on each CPU a task runs from the switch that picked it to the switch that took i
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Sequence, Set, Tuple
 
 from .events import Event, kv
 from .model import Process

@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..errors import WarmstartError
 from .extents import FIEMAP_EXTENT_DATA_INLINE, fiemap
+from ..mountinfo import unescape
 
 FS_IOC_GETFLAGS = (2 << 30) | (8 << 16) | (ord("f") << 8) | 1   # _IOR('f', 1, long)
 _FLAG_REFUSALS = [
@@ -41,26 +42,13 @@ def mount_of(dev: int) -> Tuple[str, bytes]:
             if fields[2] != want:
                 continue
             fstype = right.split()[0].decode()
-            mnt = _unescape(fields[4])
+            mnt = unescape(fields[4])
             # Prefer a mount of the file system's root (a bind mount of a subdirectory also works).
             if best is None or fields[3] == b"/":
                 best = (fstype, mnt)
     if best is None:
         raise WarmstartError(f"no mounted file system has device {want.decode()}: is it still mounted?")
     return best
-
-
-def _unescape(s: bytes) -> bytes:
-    """mountinfo writes space, tab, newline and backslash as \\ooo."""
-    out, i = bytearray(), 0
-    while i < len(s):
-        if s[i:i + 1] == b"\\" and s[i + 1:i + 4].isdigit():
-            out.append(int(s[i + 1:i + 4], 8))
-            i += 4
-        else:
-            out.append(s[i])
-            i += 1
-    return bytes(out)
 
 
 def writers(identities: Iterable[Tuple[int, int]]) -> Dict[Tuple[int, int], List[str]]:

@@ -13,7 +13,7 @@ pages the launch passed without using -> S down.
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Set, Tuple
 
 from .tracer import PAGE, PageEvent
 
