@@ -68,6 +68,14 @@ def make_files(root: Path, names, size=4 * MiB):
     return {n: str(root / n) for n in names}
 
 
+def interrupt_and_steal_ms() -> float:
+    """Machine-wide hardirq + softirq + steal time so far (/proc/stat), in ms."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    irq, softirq, steal = (int(fields[i]) for i in (6, 7, 8))
+    return (irq + softirq + steal) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def rec(db, name, argv, **kw):
     conn = open_db(db)
     opts = RecordOptions(passthrough=False, **kw)
@@ -83,7 +91,12 @@ def test_synthetic_launch_sequence_and_cpu(emu_hdd, synth, tmp_path, needs_trace
             ("mmap", "B", 2 * MiB, 32 * 1024), ("threads", 2, 60), ("read", "A", 3 * MiB, 8192)]
     argv = [synth] + [f"{s[0]}:{files[s[1]]}:{s[2]}:{s[3]}" if s[0] in ("read", "mmap") else
                       f"{s[0]}:{':'.join(map(str, s[1:]))}" for s in plan]
+    before = interrupt_and_steal_ms()
     conn, rid = rec(tmp_path / "w.db", "synth", argv, devices=[emu_hdd.dev])
+    # c_i is on-CPU wall time: interrupts served on the app's CPU and time the hypervisor took
+    # from it count, while the program's CPU clock does not. Other work on the machine (I/O of
+    # other processes) raises that; allow at most what the whole machine spent on it.
+    slack_ms = interrupt_and_steal_ms() - before
     reqs = store.load_block_requests(conn, rid)
     extents = {n: fiemap(p) for n, p in files.items()}
     io_steps = [s for s in plan if s[0] in ("read", "mmap")]
@@ -108,7 +121,8 @@ def test_synthetic_launch_sequence_and_cpu(emu_hdd, synth, tmp_path, needs_trace
     for step, ms in bursts.items():
         first = next(r for st, _, _, r in seen if st == step)
         c_ms = first.cpu_before_ns / 1e6
-        assert ms - 1 <= c_ms <= ms * 1.10 + 5, f"step {step}: c_i {c_ms:.2f} ms for a {ms} ms burst"
+        assert ms - 1 <= c_ms <= ms * 1.10 + 5 + slack_ms, \
+            f"step {step}: c_i {c_ms:.2f} ms for a {ms} ms burst (irq+steal {slack_ms:.1f} ms)"
     row = store.get_recording(conn, rid)
     assert row["status"] == "ok" and row["lost_events"] == 0
     assert 0.350 <= row["cpu_total_s"] <= 0.6
