@@ -1,0 +1,234 @@
+""".wsched -> the app's active schedule on this machine.
+
+For each file of the export: the local path (after --map-prefix) must be a regular file of the
+same size whose scheduled bytes have the same SHA-256; a file that is missing or differs is
+refused (its ranges are left out) and counted. Each accepted range is placed with the file's
+FIEMAP now (split where the file is not contiguous), the metadata blocks of the accepted files
+are re-derived from the local ext4 (ext4meta.py) and put first in the segment that first reads
+the file, and each segment is sorted like the analyzer's: metadata sweep, then data sweep, each
+by (device, LBA). Segment boundaries and CPU times are the exporter's; t_i and t_exp are
+re-modelled for the local layout (relocate/model.py, the 7200 rpm model).
+"""
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..analyzer.fiemap import fiemap_fd, mappable
+from ..analyzer.filemap import disk_of
+from ..db.connection import transaction
+from ..db.recordings import delete_app, get_app, upsert_app
+from ..db.schedules import Extent, Range, Schedule, ScheduledFile, Segment, save_schedule
+from ..errors import WarmstartError
+from ..relocate import model
+from .ext4meta import MetadataFinder
+from .format import Portable, content_hash, decode
+
+
+@dataclass
+class ImportResult:
+    app: str
+    schedule_id: Optional[int]
+    created_app: bool
+    files: int                     # accepted
+    refused_files: int
+    refused: Dict[str, str] = field(default_factory=dict)     # local path -> why
+    ranges: int = 0                # file ranges stored (after splitting at extents)
+    bytes: int = 0
+    refused_ranges: int = 0
+    refused_bytes: int = 0
+    metadata_ranges: int = 0       # re-derived here
+    metadata_bytes: int = 0
+    dropped_device_ranges: int = 0  # left behind by the exporter
+    segments: int = 0
+    t_exp_s: float = 0.0
+    metadata_note: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def map_path(path: bytes, prefix_map: Sequence[Tuple[bytes, bytes]]) -> bytes:
+    """path with the first matching OLD prefix (a whole path component) replaced by NEW."""
+    for old, new in prefix_map:
+        old = old.rstrip(b"/")
+        if path == old or path.startswith(old + b"/"):
+            return new.rstrip(b"/") + path[len(old):]
+    return path
+
+
+def _check_file(path: bytes, size: int, digest: bytes, spans) -> Tuple[Optional[tuple], Optional[str]]:
+    """((ScheduledFile, extents, stat), None) if the local file matches, else (None, why)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0))
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as e:
+        return None, f"cannot open ({e.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file"
+        if st.st_size != size:
+            return None, f"other size ({st.st_size} bytes here, {size} in the export)"
+        try:
+            if content_hash(fd, spans, size) != digest:
+                return None, "other content (SHA-256 of the scheduled bytes differs)"
+        except OSError as e:
+            return None, f"cannot read ({e.strerror or e})"
+        try:
+            exts = [e for e in fiemap_fd(fd) if mappable(e)]
+        except OSError as e:
+            return None, f"no FIEMAP ({e.strerror}): its blocks cannot be placed"
+        sf = ScheduledFile(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return (sf, exts, st), None
+    finally:
+        os.close(fd)
+
+
+def place(sf: ScheduledFile, exts: List[Extent], offset: int, length: int) -> List[Range]:
+    """The range [offset, offset+length) of sf as ranges on the whole disk, one per physical run."""
+    disk, start = disk_of(sf.dev)
+    out: List[Range] = []
+    lo, hi = offset, offset + length
+    for e in exts:
+        a, b = max(lo, e.logical), min(hi, e.logical + e.length)
+        if a >= b:
+            continue
+        phys = e.physical + (a - e.logical)
+        sector, end = start + phys // 512, start + -(-(phys + b - a) // 512)
+        prev = out[-1] if out else None
+        if prev and prev.sector + prev.nr_sectors == sector and prev.file_offset + prev.length == a \
+                and prev.length == prev.nr_sectors * 512:
+            out[-1] = Range(disk, prev.sector, end - prev.sector, prev.length + b - a, sf, prev.file_offset)
+        else:
+            out.append(Range(disk, sector, end - sector, b - a, sf, a))
+    return out
+
+
+def import_schedule(conn, data: bytes, *, name: Optional[str] = None,
+                    prefix_map: Sequence[Tuple[bytes, bytes]] = (), metadata: bool = True,
+                    activate: bool = True, save: bool = True, source: str = "schedule file") -> ImportResult:
+    """Re-map the export `data` to this machine and store it as the app's active schedule."""
+    p: Portable = decode(data, source)
+    app_name = name or p.app_name
+    spans: Dict[int, List[tuple]] = {}
+    for s in p.segments:
+        for r in s.ranges:
+            spans.setdefault(r.file_no, []).append((r.offset, r.length))
+    local: Dict[int, tuple] = {}
+    res = ImportResult(app_name, None, False, 0, 0,
+                       dropped_device_ranges=sum(s.dropped_device_ranges for s in p.segments))
+    for i, f in enumerate(p.files):
+        path = map_path(f.path, prefix_map)
+        ok, why = _check_file(path, f.size, f.sha256, spans.get(i, []))
+        if ok:
+            local[i] = ok
+        else:
+            res.refused[os.fsdecode(path)] = why
+    res.files, res.refused_files = len(local), len(res.refused)
+    if not local:
+        raise WarmstartError(f"none of the {len(p.files)} files of the export matches this machine "
+                             f"(first: {next(iter(res.refused.items()), ('', ''))}); "
+                             f"use --map-prefix OLD=NEW if they live elsewhere here")
+
+    finder = MetadataFinder() if metadata else None
+    if finder is not None:
+        os.sync()   # the inodes' extent roots are read from the device
+    segments: List[Segment] = []
+    carry_cpu, carry_first = 0.0, None
+    try:
+        for s in p.segments:
+            meta_runs, data = [], []
+            for r in s.ranges:
+                if r.file_no not in local:
+                    res.refused_ranges += 1
+                    res.refused_bytes += r.length
+                    continue
+                sf, exts, st = local[r.file_no]
+                if finder is not None:
+                    meta_runs += finder.for_file(sf.path, st)
+                data += place(sf, exts, r.offset, r.length)
+            meta = _coalesce(meta_runs)
+            ranges = sorted(meta, key=lambda x: (x.dev, x.sector)) + sorted(data, key=lambda x: (x.dev, x.sector))
+            if not ranges:   # nothing left here: its CPU time belongs to its neighbour
+                if segments:
+                    segments[-1].cpu_s += s.cpu_s
+                    segments[-1].last_p = s.last_p
+                else:
+                    carry_cpu += s.cpu_s
+                    carry_first = s.first_p if carry_first is None else carry_first
+                continue
+            segments.append(Segment(len(segments) + 1, carry_first or s.first_p, s.last_p, 0.0,
+                                    s.cpu_s + carry_cpu, sum(r.length for r in ranges), ranges))
+            carry_cpu, carry_first = 0.0, None
+            res.metadata_ranges += len(meta)
+            res.metadata_bytes += sum(r.length for r in meta)
+            res.ranges += len(data)
+            res.bytes += sum(r.length for r in data)
+    finally:
+        if finder is not None:
+            finder.close()
+            if finder.reasons:
+                res.metadata_note = "no metadata derived for " + "; ".join(f"{d}: {w}" for d, w in finder.reasons.items())
+    if not metadata:
+        res.metadata_note = "metadata not derived (--no-metadata)"
+
+    files = [local[i][0] for i in sorted(local)]
+    sched = Schedule(None, app_name, p.meta.get("algorithm", "imported"), "imported", 0.0,
+                     sum(s.bytes for s in segments), 0, [], segments, files,
+                     {k: list(local[i][1]) for k, i in enumerate(sorted(local))},
+                     params={"imported": {"from": p.meta.get("source"), "app": p.app_name,
+                                          "t_exp_s_source": p.meta.get("t_exp_s"),
+                                          "prefix_map": [[os.fsdecode(a), os.fsdecode(b)] for a, b in prefix_map],
+                                          "refused_files": res.refused_files, "refused": res.refused,
+                                          "dropped_device_ranges": res.dropped_device_ranges,
+                                          "metadata_ranges": res.metadata_ranges,
+                                          "metadata_note": res.metadata_note,
+                                          "imported_at": time.time()}})
+    _remodel(sched)
+    res.segments, res.t_exp_s = len(segments), sched.t_exp_s
+    if save:
+        res.schedule_id, res.created_app = _store(conn, sched, p, prefix_map, activate)
+    return res
+
+
+def _coalesce(runs) -> List[Range]:
+    """Metadata blocks (dev, sector, n) as device ranges, touching blocks joined."""
+    out: List[Range] = []
+    for dev, sector, n in sorted(set(runs)):
+        if out and out[-1].dev == dev and out[-1].sector + out[-1].nr_sectors == sector:
+            prev = out[-1]
+            out[-1] = Range(dev, prev.sector, prev.nr_sectors + n, prev.length + n * 512)
+        else:
+            out.append(Range(dev, sector, n, n * 512))
+    return out
+
+
+def _remodel(sched: Schedule) -> None:
+    devs = {r.dev for s in sched.segments for r in s.ranges}
+    stroke = max((model.device_sectors(d) for d in devs), default=0)
+    cost = model.schedule_cost(sched, lambda r: [(r.sector, r.nr_sectors)], stroke)
+    for seg, c in zip(sched.segments, cost.per_segment):
+        seg.t_disk_s = c.seconds
+    sched.t_exp_s = cost.launch_s
+
+
+def _store(conn, sched: Schedule, p: Portable, prefix_map, activate: bool) -> Tuple[int, bool]:
+    """Save the schedule, creating the app (with the exporter's command, paths mapped) if needed."""
+    row = get_app(conn, sched.app_name)
+    created = row is None
+    if created:
+        with transaction(conn):
+            app_id = upsert_app(conn, sched.app_name, map_path(p.executable, prefix_map),
+                                [map_path(a, prefix_map) for a in p.argv])
+    else:
+        app_id = row["id"]
+    try:
+        return save_schedule(conn, sched, app_id=app_id, activate=activate), created
+    except BaseException:
+        if created:
+            delete_app(conn, sched.app_name)
+        raise
