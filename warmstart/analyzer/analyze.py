@@ -230,7 +230,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
         pieces = table.segment_pieces(a, b)
         if gap_bytes:
             # merge within each sweep (metadata, data) only: never across the two
-            meta = [p for p in pieces if p.is_meta and p.file is None] if opts.metadata_first else []
+            meta = [p for p in pieces if p.file is None] if opts.metadata_first else []
             data = pieces[len(meta):]
             m1, s1 = merge_gaps(meta, gap_bytes)
             m2, s2 = merge_gaps(data, gap_bytes)
