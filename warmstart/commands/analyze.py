@@ -4,6 +4,7 @@ import click
 
 from ..analyzer.analyze import ALGORITHMS, PROBES, Options, analyze as run_analysis
 from ..cli import emit, json_option
+from ..hook import manage as hook_manage
 
 
 def _text(r):
@@ -64,4 +65,5 @@ def analyze(ctx, name, probe, algorithm, runs_threshold, recording_ids, allow_lo
                    save=not dry_run)
     say = None if as_json else (lambda s: click.echo(f"... {s}", err=True))
     r = run_analysis(ctx.db, name, opts, progress=say)
+    r["hook"] = None if dry_run else hook_manage.refresh_if_installed(ctx.db)  # new schedule → hook index
     emit(r, as_json, lambda: _text(r))

@@ -16,7 +16,7 @@ from ..replay.export import write_export
 from .config import HookConfig
 from .index import Index, IndexEntry
 from .layout import HookPaths
-from .signature import needles
+from .signature import needles, unwrap_launcher
 
 
 @dataclass
@@ -38,7 +38,21 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
     for app in conn.execute("SELECT * FROM apps ORDER BY id").fetchall():
         name = app["name"]
         exe = bytes(app["executable"])
-        if app["exe_dev"] is None or app["exe_ino"] is None:
+        argv = [a.encode("utf-8", "surrogateescape") for a in json.loads(app["argv_json"])]
+        ident = (app["exe_dev"], app["exe_ino"], app["exe_size"] or 0, app["exe_mtime_ns"] or 0)
+        wrapped = unwrap_launcher(argv)
+        if not wrapped and argv and os.path.basename(argv[0]) in (b"env", b"chroot"):
+            # hooking env or chroot itself would replay this app on every use of them
+            skipped.append(Skipped(name, "launched through env/chroot whose target is missing "
+                                         "(is the chroot's disk mounted?)"))
+            continue
+        if wrapped:
+            # `env ... chroot ROOT CMD`: the kernel opens CMD inside ROOT, so hook that file, with
+            # its identity as of now (the recorded identity is env's) and the argv CMD gets
+            exe, argv = wrapped
+            st = os.stat(exe)
+            ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if ident[0] is None or ident[1] is None:
             skipped.append(Skipped(name, "no executable identity recorded; re-record it"))
             continue
         # the daemon never follows links it has not resolved: store the resolved path only
@@ -58,11 +72,9 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
             os.chmod(export, 0o644)
         except OSError as e:
             raise WarmstartError(f"cannot write schedule export {export}: {e.strerror}; run as root")
-        argv = [a.encode("utf-8", "surrogateescape") for a in json.loads(app["argv_json"])]
         first = sched.segments[0].t_disk_s if sched.segments else 0.0
         index.entries.append(IndexEntry(
-            dev=app["exe_dev"], ino=app["exe_ino"], size=app["exe_size"] or 0,
-            mtime_ns=app["exe_mtime_ns"] or 0, schedule_id=sched.id, exe=exe,
+            dev=ident[0], ino=ident[1], size=ident[2], mtime_ns=ident[3], schedule_id=sched.id, exe=exe,
             schedule=os.fsencode(export), name=name, needles=needles(exe, argv),
             files=tuple(f.path for f in sched.files if f.path.startswith(b"/")),
             hold_ms=hold_ms_for(first, cfg)))

@@ -50,6 +50,11 @@ class HookPaths:
         return self.etc / "ld.so.preload"
 
     @property
+    def config(self) -> Path:
+        """The system config (/etc/warmstart.toml under WARMSTART_HOOK_ROOT)."""
+        return self.etc / "warmstart.toml"
+
+    @property
     def preload_env(self) -> Path:
         return self.state / "preload.env"
 

@@ -15,7 +15,7 @@ from .layout import HookPaths, hook_paths
 def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
     """Rewrite the index (and exports) from the database; a running daemon reloads it."""
     paths = paths or hook_paths()
-    cfg = load_config()
+    cfg = load_config(paths.config if paths.config.exists() else None)
     events.sync(conn, paths)  # stale marks first, so stale schedules leave the index
     index, skipped = build_index(conn, paths, cfg)
     write_index(os.fsencode(paths.index), index)
@@ -23,6 +23,20 @@ def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
         {"app": e.name, "schedule_id": e.schedule_id, "hold_ms": e.hold_ms,
          "signature": [n.decode("utf-8", "surrogateescape") for n in e.needles]} for e in index.entries],
         "skipped": [{"app": s.app, "reason": s.reason} for s in skipped], "learn": cfg.learn}
+
+
+def refresh_if_installed(conn) -> Optional[dict]:
+    """After `warmstart analyze`: rewrite the index if the hook is installed (an index exists),
+    so the new schedule is used on the next plain launch. Never fails the analysis: a problem is
+    returned as {"error": ...} for the caller to show."""
+    paths = hook_paths()
+    if not paths.index.exists():
+        return None
+    try:
+        r = refresh(conn, paths)
+        return {"index": r["index"], "apps": [e["app"] for e in r["entries"]]}
+    except (WarmstartError, OSError) as e:
+        return {"error": f"hook index not refreshed: {e}; run `warmstart hook refresh`"}
 
 
 def install(conn, with_preload: bool = False, system_preload: bool = False,

@@ -43,3 +43,91 @@ def needles(executable: bytes, argv: Sequence[bytes]) -> Tuple[bytes, ...]:
         else:
             break  # the script / main class
     return tuple(out)
+
+
+# ---- launcher wrappers: `env -i VAR=x chroot ROOT CMD` --------------------------------------------
+# The executable the kernel opens for such a launch is CMD inside ROOT, not env: the fanotify mark
+# and the argv signature must be those of CMD (its argv is what the blocked execve carries).
+
+CHROOT_PATH = b"/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+
+def _env_split(argv: Sequence[bytes]):
+    """env's options and NAME=VALUE words: (PATH it sets or None, index of the command)."""
+    i, path = 1, None
+    while i < len(argv):
+        a = argv[i]
+        if a in (b"-i", b"--ignore-environment", b"-"):
+            i += 1
+        elif a in (b"-u", b"--unset", b"-C", b"--chdir"):
+            i += 2
+        elif a.startswith(b"-"):
+            return path, None  # an env option we do not model: not unwrapped
+        elif b"=" in a:
+            if a.startswith(b"PATH="):
+                path = a[5:]
+            i += 1
+        else:
+            return path, i
+    return path, None
+
+
+def resolve_in_root(root: bytes, path: bytes, limit: int = 40) -> bytes:
+    """Resolve `path` as a process chrooted in `root` would (absolute links stay inside it);
+    returns the host path. Raises OSError when a component is missing."""
+    parts = [p for p in path.split(b"/") if p]
+    done = b""
+    while parts:
+        part = parts.pop(0)
+        if part == b".":
+            continue
+        if part == b"..":
+            done = done.rsplit(b"/", 1)[0]
+            continue
+        host = root + done + b"/" + part
+        if os.path.islink(host):
+            limit -= 1
+            if limit < 0:
+                raise OSError(40, "too many levels of symbolic links", host)
+            target = os.readlink(host)
+            if target.startswith(b"/"):
+                done = b""
+            parts = [p for p in target.split(b"/") if p] + parts
+            continue
+        os.lstat(host)
+        done += b"/" + part
+    return root + (done or b"/")
+
+
+def unwrap_launcher(argv: Sequence[bytes]):
+    """(host path of the executable, argv as exec'd) for `[env ...] chroot ROOT CMD ...`; None for
+    any other command. Only these two wrappers are understood: they are what the emulated disk and
+    most container-less sandboxes use."""
+    path = CHROOT_PATH
+    i = 0
+    if argv and os.path.basename(argv[0]) == b"env":
+        env_path, i = _env_split(argv)
+        if i is None:
+            return None
+        path = env_path or path
+    if i >= len(argv) or os.path.basename(argv[i]) != b"chroot":
+        return None
+    j = i + 1
+    while j < len(argv) and argv[j].startswith(b"--"):
+        j += 1
+    if j + 1 >= len(argv):
+        return None
+    root = os.path.realpath(argv[j]).rstrip(b"/")
+    inner = list(argv[j + 1:])
+    cmd = inner[0]
+    candidates = [cmd] if b"/" in cmd else [d + b"/" + cmd for d in path.split(b":") if d]
+    for c in candidates:
+        if not c.startswith(b"/"):
+            c = b"/" + c  # chroot's working directory is the new root
+        try:
+            host = resolve_in_root(root, c)
+        except OSError:
+            continue
+        if os.path.isfile(host) and os.access(host, os.X_OK):
+            return host, inner
+    return None

@@ -1,0 +1,134 @@
+"""The launch hook end to end on the emulated 7200 rpm disk, with real recordings, the real
+analyzer and the real replayer: `warmstart hook install`, then plain launches (no wrapper).
+
+Each test uses its own hook tree (WARMSTART_HOOK_ROOT) and database, and uninstalls the hook
+(daemon stopped) on the way out. Times are medians of interleaved repetitions with the page cache
+dropped before each launch (other engineers share the machine: drop_caches is global).
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, require
+from test_hook_daemon import have_fanotify_perm
+
+BUILD = REPO / "build"
+REPS = int(os.environ.get("WARMSTART_HOOK_E2E_REPS", "3"))
+APPS = {  # name -> python3 -c code: scattered standard-library reads, different per app
+    "hk-mail": "import json, email.mime.multipart, http.client, asyncio, decimal, xml.dom.minidom, "
+               "sqlite3, logging.handlers, unittest, argparse, tarfile, zipfile",
+    "hk-async": "import asyncio, logging.handlers, argparse, tarfile",
+    "hk-test": "import unittest, zipfile, sqlite3, csv, difflib",
+}
+
+
+class HookEnv:
+    """The `warmstart` command against one database and one hook tree."""
+
+    def __init__(self, tmp: Path, disk):
+        self.tmp, self.disk = tmp, disk
+        self.db = tmp / "warmstart.db"
+        self.root = tmp / "hookroot"
+        self.env = dict(os.environ, WARMSTART_HOOK_ROOT=str(self.root), PYTHONPATH=str(REPO))
+
+    def ws(self, *args, check=True, timeout=600):
+        p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(self.db), *args],
+                           env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and p.returncode:
+            raise AssertionError(f"warmstart {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def wsj(self, *args, **kw):
+        args = list(args)
+        at = args.index("--") if "--" in args else len(args)
+        return json.loads(self.ws(*args[:at], "--json", *args[at:], **kw).stdout)
+
+    def argv(self, name):
+        return self.disk.chroot_argv(["python3", "-c", APPS[name]])
+
+    def plain(self, name):
+        """A plain launch (no warmstart wrapper): wall time fork -> exit."""
+        t0 = time.monotonic()
+        p = subprocess.run(self.argv(name), capture_output=True, timeout=120)
+        return time.monotonic() - t0, p
+
+    def daemon(self, on: bool):
+        """Start (install: refresh + start) or stop warmstartd, keeping the index. `warmstart run`
+        launches are measured with the daemon stopped, else the hook would prefetch them too."""
+        if on:
+            self.wsj("hook", "install")
+            return
+        sys.path.insert(0, str(REPO))
+        from warmstart.hook import service
+        from warmstart.hook.layout import HookPaths
+        r = self.root
+        assert service.stop(HookPaths(r, r / "var/lib/warmstart", r / "run/warmstart", r / "etc"), False)
+
+    def events(self):
+        f = self.root / "var/lib/warmstart/hook-events.jsonl"
+        return [json.loads(line) for line in f.read_text().splitlines()] if f.exists() else []
+
+
+@pytest.fixture
+def hookenv(tmp_path, emu_system):
+    require(have_fanotify_perm(), "needs root and fanotify permission events")
+    require((BUILD / "warmstartd").exists() and (BUILD / "warmstart-replay").exists(),
+            "warmstartd / warmstart-replay not built: run `make binaries`")
+    h = HookEnv(tmp_path, emu_system)
+    try:
+        yield h
+    finally:
+        h.ws("hook", "uninstall", check=False)
+        pid = h.root / "run/warmstart/warmstartd.pid"
+        assert not pid.exists(), "warmstartd still has a pidfile after uninstall"
+
+
+def record_and_analyze(h, name):
+    h.disk.drop_caches()
+    h.ws("record", "--name", name, "--", *h.argv(name))
+    return h.wsj("analyze", name)
+
+
+def test_plain_launch_is_prefetched_like_warmstart_run(hookenv, capsys):
+    h = hookenv
+    name = "hk-mail"
+    h.wsj("hook", "install")  # before analyze: analyze's completion must refresh the index itself
+    r = record_and_analyze(h, name)
+    assert r["hook"] and name in r["hook"]["apps"], f"analyze did not refresh the hook index: {r['hook']}"
+    status = h.wsj("hook", "status")
+    assert status["daemon"] and name in status["index"]["apps"]
+
+    times = {"none": [], "run": [], "hook": []}
+    prebuffer = []
+    for rep in range(REPS):
+        h.daemon(False)
+        h.disk.drop_caches()
+        r = h.wsj("run", "--name", name, "--mode", "segmented", "--", *h.argv(name))
+        times["run"].append(r["launch_time_s"])
+        prebuffer.append(r["prebuffer_s"])
+        h.disk.drop_caches()
+        times["none"].append(h.wsj("run", "--name", name, "--mode", "none", "--", *h.argv(name))["launch_time_s"])
+        h.daemon(True)
+        h.disk.drop_caches()
+        t, p = h.plain(name)
+        assert p.returncode == 0, p.stderr
+        times["hook"].append(t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    with capsys.disabled():
+        print(f"\nhook e2e {name} (medians of {REPS}, caches dropped before each, interleaved): "
+              + ", ".join(f"{k} {med[k]:.3f} s {['%.3f' % x for x in v]}" for k, v in times.items()))
+    hooked = [e for e in h.events() if e.get("event") == "launch"]
+    with capsys.disabled():
+        print("hooked launches (outcome, held ms):", [(e["outcome"], e.get("held_ms")) for e in hooked],
+              "; run pre-buffer s:", ["%.3f" % x for x in prebuffer])
+    assert len(hooked) >= REPS and all(e["outcome"] in ("ready", "deadline") for e in hooked), hooked
+    assert sum(e["outcome"] == "ready" for e in hooked) >= REPS, hooked
+    assert med["hook"] < med["none"], "the hooked launch was not faster than a cold one"
+    assert abs(med["hook"] - med["run"]) <= 0.05 * med["run"], med
