@@ -56,6 +56,8 @@ def cli(ctx, db_path):
 
 # Subcommands, one module each (warmstart/commands/); the list is the CLI's table of contents.
 # --- commands: each helper adds its own line here ---
+from .commands.export import export; cli.add_command(export)  # noqa: E402
+from .commands.import_ import import_; cli.add_command(import_)  # noqa: E402
 from .commands.speculate import fallback; cli.add_command(fallback)  # noqa: E402
 from .commands.record import record; cli.add_command(record)  # noqa: E402
 from .commands.recordings import recordings; cli.add_command(recordings)  # noqa: E402
