@@ -87,3 +87,16 @@ def test_paper_example_from_fig1():
     for a, b in r.segments:
         starts = table.start[table.indexes(a, b)].tolist()
         assert starts == sorted(starts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(item, min_size=1, max_size=50), st.floats(0.2, 0.9))
+def test_optimal_robust_over_cpu_scales_never_worse_than_reorder(items, k):
+    cpu, table, cost = _setup(items)
+    n = len(items)
+    r = optimise(cpu, cost, time_budget_s=0.2, cpu_scales=(k, 1.0))
+    for s in (k, 1.0):
+        pre = _prefix([c * s for c in cpu])
+        assert launch_time(r.segments, cost, pre) <= launch_time([(0, n - 1)], cost, pre) + 1e-9
+    # t_model is T on the first (expected) scale
+    assert abs(r.t_model - launch_time(r.segments, cost, _prefix([c * k for c in cpu]))) < 1e-9
