@@ -17,6 +17,7 @@ from ..db.schedules import load_active_schedule
 from ..errors import WarmstartError
 from ..launching import Until, launch, resolve_command
 from .export import write_export
+from .pageuse import UseTracer
 from .process import DEFAULT_ENGINE, MODES, ReplayProcess
 
 
@@ -34,6 +35,7 @@ class LaunchOutcome:
     notes: list = field(default_factory=list)
     replay_stats: Optional[dict] = None
     launch_id: Optional[int] = None
+    page_use: Optional[dict] = None   # measure_use: accuracy/waste (pageuse.py)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -62,12 +64,14 @@ def run_launch(conn, argv: Sequence[str], mode: str = "segmented", until: Until 
                timeout: float = 120.0, passthrough: bool = True, kill_at_end: bool = True,
                store: bool = True, record_mode: Optional[str] = None, disk: Optional[str] = None,
                bench_id: Optional[str] = None, uid: Optional[int] = None,
-               gid: Optional[int] = None) -> LaunchOutcome:
+               gid: Optional[int] = None, measure_use: bool = False) -> LaunchOutcome:
     """Launch argv, prefetching its active schedule in `mode` (or not at all for "none").
 
     record_mode: the mode stored in launches (bench stores "cold"/"warm" for mode "none").
     An unknown app, an app without a schedule, or a refused schedule: the app is launched
     normally and the reason is in .notes. Raises WarmstartError only if argv cannot run.
+    measure_use: trace which pages of the schedule's files the launch used (pageuse.py) and
+    store used/prefetched/prefetched-used bytes (file pages only); needs root and tracefs.
     """
     if mode not in MODES + ("none",):
         raise WarmstartError(f"unknown mode {mode!r}: use segmented, reorder, interleave or none")
@@ -80,9 +84,10 @@ def run_launch(conn, argv: Sequence[str], mode: str = "segmented", until: Until 
         if schedule is None:
             notes.append(f"app {app['name']!r} has no schedule yet: launched without prefetch "
                          f"(run `warmstart analyze {app['name']}`)")
+    use = UseTracer(schedule if measure_use else None)
     rp, t0 = None, time.monotonic_ns()
     ready = False
-    with tempfile.TemporaryDirectory(prefix="warmstart-run-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="warmstart-run-") as tmp, use:
         try:
             if schedule is not None:
                 export = write_export(schedule, os.path.join(tmp, "schedule.wsr"))
@@ -92,6 +97,7 @@ def run_launch(conn, argv: Sequence[str], mode: str = "segmented", until: Until 
                 ready = rp.wait_ready(timeout)
             result = launch(argv, until, timeout, passthrough=passthrough, kill_at_end=kill_at_end,
                             on_started=rp.tell_pid if rp else None)
+            use.stop()
             stats = rp.finish(timeout) if rp else None
         except BaseException:
             if rp is not None:
@@ -107,13 +113,18 @@ def run_launch(conn, argv: Sequence[str], mode: str = "segmented", until: Until 
         prebuffer_s=((rp.ready_ns - t0) / 1e9) if rp else 0.0,
         exit_status=result.exit_status, end_reason=result.end_reason,
         output=result.output, notes=notes, replay_stats=stats)
+    page_use = use.measure(result, stats)
+    if page_use is not None:
+        outcome.page_use = page_use.to_json()
     if store and app is not None:
         outcome.launch_id = launches.insert_launch(
             conn, app_id=app["id"], schedule_id=schedule.id if schedule else None,
             mode=record_mode or mode, mechanism=engine if rp else None, disk=disk,
             launch_time_s=outcome.launch_time_s, exit_status=result.exit_status,
-            prefetched_bytes=(stats or {}).get("bytes_fetched"), bench_id=bench_id,
+            prefetched_bytes=page_use.prefetched_bytes if page_use else (stats or {}).get("bytes_fetched"),
+            used_bytes=page_use.used_bytes if page_use else None,
+            prefetched_used_bytes=page_use.prefetched_used_bytes if page_use else None, bench_id=bench_id,
             details={"app_time_s": outcome.app_time_s, "prebuffer_s": outcome.prebuffer_s,
                      "end_reason": result.end_reason, "until": str(until), "notes": notes,
-                     "replay": stats})
+                     "replay": stats, "page_use": outcome.page_use})
     return outcome

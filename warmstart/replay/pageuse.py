@@ -1,0 +1,217 @@
+"""Which pages a prefetched launch used: the accuracy and waste of its schedule.
+
+    accuracy = prefetched-and-used / used        waste = prefetched-unused / prefetched
+
+used: the pages of files on the schedule's devices that the launch's process tree touched,
+      whether they were in the page cache (hit) or not (miss). Pages of files the schedule does
+      not name count too: they are the schedule's misses.
+prefetched: the pages of the schedule's FILE ranges the replayer covered: every file range of a
+      file whose identity still matches (the replayer's own check), whether it had to read it or
+      found it resident. Device ranges (metadata) are left out of all three numbers.
+
+Use is traced with the filemap tracepoints, which (measured on 6.18, docs/replayer.md) fire on
+hits as well as misses: mm_filemap_get_pages for read() (the requested index range, not clipped
+to the file size: we clip it), mm_filemap_map_pages for fault-around of a mapping (the window,
+clipped to the VMA and the file end), mm_filemap_fault for a page fault that fault-around did
+not satisfy. The instance follows this thread and what it forks (set_event_pid + event-fork)
+and keeps only the schedule's devices (an s_dev filter), both in the kernel; the launch's tree
+and time window are picked out afterwards, so the replayer's own reads never count as use.
+"""
+
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+from ..recorder.tracefs import Instance, tracefs_root
+from ..speculate.tracer import parse_line
+
+PAGE = 4096
+EVENTS = ("filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_pages", "filemap/mm_filemap_fault",
+          "sched/sched_process_fork")
+Pages = Dict[Tuple[int, int], Set[int]]   # (dev, ino) -> page indexes
+
+
+@dataclass
+class PageUse:
+    used_bytes: int
+    prefetched_bytes: int
+    prefetched_used_bytes: int
+    unscheduled_used_bytes: int          # used pages of files the schedule does not name
+    used_files: int
+    unscheduled_files: int
+    unresolved_files: int                # unscheduled files whose size was not found (not clipped)
+    events: int
+    lost_events: int
+    exact: bool                          # False: lost events, or the replayer skipped ranges
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def accuracy(self) -> Optional[float]:
+        return self.prefetched_used_bytes / self.used_bytes if self.used_bytes else None
+
+    @property
+    def waste(self) -> Optional[float]:
+        return ((self.prefetched_bytes - self.prefetched_used_bytes) / self.prefetched_bytes
+                if self.prefetched_bytes else None)
+
+    def to_json(self) -> dict:
+        return dict(asdict(self), accuracy=self.accuracy, waste=self.waste)
+
+
+def kernel_dev(dev: int) -> int:
+    """The kernel's dev_t encoding (major << 20 | minor), as the s_dev field holds it."""
+    return (os.major(dev) << 20) | os.minor(dev)
+
+
+def _pages(offset: int, length: int, size: Optional[int]) -> range:
+    end = offset + length if size is None else min(offset + length, size)
+    return range(offset // PAGE, -(-end // PAGE)) if end > offset else range(0)
+
+
+def _identity_ok(f) -> bool:
+    """The replayer's identity check (replayer/replay.c): a regular file, same dev, ino, size, mtime."""
+    try:
+        st = os.stat(f.path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (f.dev, f.ino, f.size, f.mtime_ns)
+
+
+def prefetched_pages(schedule) -> Tuple[Pages, Dict[Tuple[int, int], int]]:
+    """Pages of the schedule's file ranges whose file still matches, and those files' sizes."""
+    pages: Pages = {}
+    sizes = {}
+    ok = {f: _identity_ok(f) for f in schedule.files}
+    for seg in schedule.segments:
+        for r in seg.ranges:
+            if r.file is None or not ok.get(r.file):
+                continue
+            key = (r.file.dev, r.file.ino)
+            sizes[key] = r.file.size
+            pages.setdefault(key, set()).update(_pages(r.file_offset, r.length, r.file.size))
+    return pages, sizes
+
+
+def used_pages(lines: Iterable[bytes], root_pid: int, start_ns: int, end_ns: int) -> Tuple[Pages, int]:
+    """Pages the tree of root_pid touched in [start_ns, end_ns] (index ranges not yet clipped),
+    and the number of use events counted."""
+    parents: Dict[int, int] = {}
+    events = [e for e in (parse_line(line, parents) for line in lines) if e is not None]
+    tree, grew = {root_pid}, True
+    while grew:
+        grew = False
+        for child, parent in parents.items():
+            if parent in tree and child not in tree:
+                tree.add(child)
+                grew = True
+    out: Pages = {}
+    n = 0
+    for e in events:
+        if e.kind == "miss" or e.pid not in tree or not (start_ns <= e.t * 1e9 <= end_ns + 1e6):
+            continue
+        out.setdefault((e.dev, e.ino), set()).update(range(e.first, e.first + e.npages))
+        n += 1
+    return out, n
+
+
+def _sizes_near(wanted: Set[Tuple[int, int]], dirs: Iterable[bytes]) -> Dict[Tuple[int, int], int]:
+    """Sizes of unscheduled inodes found in the scheduled files' directories (cheap: the launch
+    has just looked these up). Anything else stays unresolved; a full walk of the disk after
+    every launch would cost seconds on a hard disk."""
+    found = {}
+    for d in dirs:
+        try:
+            with os.scandir(d) as it:
+                for entry in it:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if (st.st_dev, st.st_ino) in wanted:
+                        found[(st.st_dev, st.st_ino)] = st.st_size
+        except OSError:
+            continue
+        if len(found) == len(wanted):
+            break
+    return found
+
+
+def measure(schedule, lines: List[bytes], root_pid: int, start_ns: int, end_ns: int,
+            stats: Optional[dict], lost: int) -> PageUse:
+    """PageUse of one launch from its trace lines and the replayer's stats."""
+    notes = []
+    if stats is None or stats.get("status") != "ok":
+        pre: Pages = {}
+        sizes = {}
+        notes.append("the replayer did not run to completion: nothing counts as prefetched")
+    else:
+        pre, sizes = prefetched_pages(schedule)
+    skipped = (stats or {}).get("ranges_skipped_pressure", 0) + (stats or {}).get("ranges_skipped_app_exit", 0)
+    if skipped:
+        notes.append(f"the replayer skipped {skipped} ranges (memory pressure or app exit); they are "
+                     "counted as prefetched, so waste is an upper bound")
+    if lost:
+        notes.append(f"{lost} trace events lost: used is a lower bound")
+    raw, n = used_pages(lines, root_pid, start_ns, end_ns)
+    unsched = {k for k in raw if k not in sizes}
+    dirs = sorted({os.path.dirname(f.path) for f in schedule.files})
+    sizes = {**sizes, **_sizes_near(unsched, dirs)} if unsched else sizes
+    used: Pages = {}
+    for key, idx in raw.items():
+        size = sizes.get(key)
+        used[key] = idx if size is None else {i for i in idx if i * PAGE < size}
+    pused = sum(len(p & used.get(k, set())) for k, p in pre.items())
+    return PageUse(
+        used_bytes=PAGE * sum(len(p) for p in used.values()),
+        prefetched_bytes=PAGE * sum(len(p) for p in pre.values()),
+        prefetched_used_bytes=PAGE * pused,
+        unscheduled_used_bytes=PAGE * sum(len(used[k]) for k in unsched),
+        used_files=len(used), unscheduled_files=len(unsched),
+        unresolved_files=len([k for k in unsched if k not in sizes]),
+        events=n, lost_events=lost, exact=not (skipped or lost), notes=notes)
+
+
+class UseTracer:
+    """`with UseTracer(schedule) as use:` fork the replayer and the app from this thread,
+    use.stop() at the launch end, then use.measure(...). With schedule None it does nothing."""
+
+    def __init__(self, schedule, buffer_kb: int = 4096):
+        self.schedule = schedule
+        self.buffer_kb = buffer_kb
+        self._inst: Optional[Instance] = None
+        self._lost = 0
+
+    def __enter__(self):
+        if self.schedule is None:
+            return self
+        devs = sorted({kernel_dev(f.dev) for f in self.schedule.files}) or [0]
+        dev_filter = " || ".join(f"s_dev == {d}" for d in devs)
+        root, _ = tracefs_root(mount_if_missing=False)
+        self._inst = Instance(root, "use", EVENTS, buffer_kb=self.buffer_kb, options=("event-fork",),
+                              event_pids=[threading.get_native_id()],
+                              filters={ev: dev_filter for ev in EVENTS if ev.startswith("filemap/")})
+        self._inst.__enter__()
+        self._inst.start()
+        return self
+
+    def stop(self) -> None:
+        if self._inst is not None and self._thread_running():
+            self._inst.stop()
+            self._lost = self._inst.lost_events()
+
+    def _thread_running(self) -> bool:
+        return self._inst._thread is not None
+
+    def measure(self, result, stats: Optional[dict]) -> Optional[PageUse]:
+        """The launch's PageUse (None without a schedule); call after stop()."""
+        if self._inst is None:
+            return None
+        self.stop()
+        lines = b"".join(self._inst.chunks).split(b"\n")
+        return measure(self.schedule, lines, result.pid, result.start_ns, result.end_ns, stats, self._lost)
+
+    def __exit__(self, *exc):
+        if self._inst is not None:
+            self._inst.close()
+        return False
