@@ -22,10 +22,13 @@ from ..replay.runner import run_launch
 @click.option("--engine", type=click.Choice(ENGINES), default=DEFAULT_ENGINE, show_default=True,
               help="How the replayer fetches (see docs/replayer.md for the measurements).")
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="Give up after SECONDS.")
+@click.option("--measure-use", is_flag=True,
+              help="Trace which pages of the scheduled files the launch used and store the prefetch "
+                   "accuracy and waste (root, tracefs; see docs/replayer.md).")
 @json_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
-def run(obj, mode, until_spec, name, engine, timeout, as_json, cmd):
+def run(obj, mode, until_spec, name, engine, timeout, measure_use, as_json, cmd):
     """Launch CMD with its schedule prefetched, measure and store the launch.
 
     CMD's output and exit status are passed through unchanged; the summary goes to stderr
@@ -36,10 +39,11 @@ def run(obj, mode, until_spec, name, engine, timeout, as_json, cmd):
       warmstart run -- python3 -c 'import json, email, asyncio'
       warmstart run --mode reorder --name pyimport -- python3 -c 'import json, email, asyncio'
       warmstart run --until 'stdout=^ready' --json -- ./server --port 0
+      warmstart run --measure-use -- python3 -c 'import json, email, asyncio'
     """
     until = parse_until(until_spec)
     out = run_launch(obj.db, list(cmd), mode, until, name=name, engine=engine, timeout=timeout,
-                     passthrough=not as_json, kill_at_end=False)
+                     passthrough=not as_json, kill_at_end=False, measure_use=measure_use)
     if as_json:
         emit(out.to_json(), True)
     else:
@@ -50,6 +54,12 @@ def run(obj, mode, until_spec, name, engine, timeout, as_json, cmd):
         click.echo(f"warmstart: {out.app_name or '(unknown app)'} mode={mode} launch {out.launch_time_s:.3f} s "
                    f"(pre-buffer {out.prebuffer_s:.3f} s, app {out.app_time_s:.3f} s, "
                    f"fetched {fetched:.1f} MiB, end: {out.end_reason})", err=True)
+        if out.page_use:
+            pu = out.page_use
+            pct = lambda x: "-" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+            click.echo(f"warmstart: used {pu['used_bytes'] / 2**20:.1f} MiB of file pages, prefetched "
+                       f"{pu['prefetched_bytes'] / 2**20:.1f} MiB: accuracy {pct(pu['accuracy'])}, "
+                       f"waste {pct(pu['waste'])}", err=True)
     status = out.exit_status
     if status is None:
         sys.exit(0)

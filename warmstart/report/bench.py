@@ -308,7 +308,8 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
         sampler.__enter__()
     try:
         out = run_launch(conn, argv, rmode, until, name=name, record_mode=mode if rmode == "none" else None,
-                         disk=cfg.disk, bench_id=bench_id, passthrough=False, timeout=cfg.timeout)
+                         disk=cfg.disk, bench_id=bench_id, passthrough=False, timeout=cfg.timeout,
+                         measure_use=rmode != "none")  # accuracy/waste: docs/replayer.md
     finally:
         if sampler:
             sampler.__exit__(None, None, None)

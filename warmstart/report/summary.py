@@ -109,7 +109,9 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
         prow = by_method.get(pm, [])
         med = lambda s: s.median if s else None  # noqa: E731
         latest = prow[-1] if prow else None
-        prefetched_bytes = _sum(r["prefetched_bytes"] for r in prow)
+        # waste only over launches whose use was measured (run_launch measure_use): there
+        # prefetched_bytes counts the same file pages prefetched_used_bytes is part of
+        prefetched_bytes = _sum(r["prefetched_bytes"] for r in prow if r["prefetched_used_bytes"] is not None)
         used = _sum(r["used_bytes"] for r in prow)
         pused = _sum(r["prefetched_used_bytes"] for r in prow)
         result.append({
