@@ -32,9 +32,15 @@ def _split(value):
 @click.option("--markdown", type=click.Path(dir_okay=False),
               default=str(REPO_ROOT / "docs" / "benchmarks.md"), show_default=True,
               help="Where to write the markdown table.")
+@click.option("--relocate", is_flag=True,
+              help="After the matrix, relocate every app in one `relocate` call on the emulated disk, "
+                   "then measure reorder and segmented again (issue 9's targets; docs/relocation.md).")
+@click.option("--relocate-one", metavar="APP",
+              help="Before that (or alone), relocate APP only and measure the other apps' segmented launches.")
 @json_option
 @click.pass_obj
-def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, markdown, as_json):
+def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, markdown, relocate,
+          relocate_one, as_json):
     """Measure cold, interleave, reorder, segmented (paper and ours) and warm launches.
 
     Brings up the disk, records and analyzes each app once, then runs every mode REPS times,
@@ -47,11 +53,14 @@ def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, m
       warmstart bench --disk hdd7200 --apps synth --reps 1
       warmstart bench --disk ssd --apps python,gcc --modes cold,reorder,segmented,warm
       warmstart bench --disk real --app ls='ls -l /usr/bin' --json > bench.json
+      warmstart bench --disk hdd7200 --modes cold,reorder,segmented --relocate --relocate-one python
     """
     cfg = BenchConfig(disk=disk, apps=appcat.select(_split(app_names), extra_apps), reps=reps,
-                      modes=_split(modes), timeout=timeout, timeline=not no_timeline, markdown=None)
+                      modes=_split(modes), timeout=timeout, timeline=not no_timeline, markdown=None,
+                      relocate=relocate, relocate_one=relocate_one)
     conn = ctx.db
     steps = len(cfg.apps) * (1 + reps * len(cfg.modes))
+    steps += reps * (len(cfg.apps) * 2 * relocate + (len(cfg.apps) - 1) * bool(relocate_one))
     say = (lambda msg: click.echo(msg, err=True))
     with click.progressbar(length=steps, label="bench", file=click.get_text_stream("stderr"),
                            item_show_func=lambda x: x) as bar:

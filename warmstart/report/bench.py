@@ -47,6 +47,8 @@ class BenchConfig:
     timeout: float = 120.0
     timeline: bool = True          # sample repetition 1 of each launch for the timeline figure
     markdown: Optional[Path] = None
+    relocate: bool = False         # then relocate every app and measure again (relocation.py)
+    relocate_one: Optional[str] = None   # first relocate this app alone and measure the others
 
 
 class DiskUnderTest:
@@ -211,6 +213,8 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
         raise WarmstartError(f"unknown mode {', '.join(bad) or '(none)'}: use some of {', '.join(ALL_MODES)}")
     if cfg.reps < 1:
         raise WarmstartError("--reps must be at least 1")
+    from . import relocation
+    relocation.check_config(cfg)
     bench_id = time.strftime("%Y%m%d-%H%M%S-") + cfg.disk
     tick = progress or (lambda label: None)
     doc = {"bench_id": bench_id, "disk": cfg.disk, "reps": cfg.reps, "modes": list(cfg.modes),
@@ -260,14 +264,20 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
         for rep in range(cfg.reps):
             for app, name, argv, ref, info in prepared.values():
                 for mode in cfg.modes:
-                    _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until)
+                    relocation.counted(conn, dut, bench_id, mode, lambda: _measure(
+                        conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until))
                     tick(f"rep {rep + 1} {app.name} {mode}")
         if prepared:
             activate_all = [(n, i["schedules"]["ours"]) for _, n, _, _, i in prepared.values()]
             for n, sid in activate_all:
                 activate(conn, n, sid)  # leave our algorithm's schedule active, as analyze does
+        if prepared and (cfg.relocate or cfg.relocate_one):
+            doc["relocation"] = relocation.run_relocation(conn, db_path, cfg, dut, doc, bench_id, prepared,
+                                                          until, _measure, tick, say)
     doc["finished_at"] = time.time()
     doc["results"] = results(conn, bench_id, doc)
+    if "relocation" in doc:
+        doc["relocation"]["results"] = relocation.results(conn, bench_id, doc)
     if cfg.markdown:
         from .markdown import write_markdown
         write_markdown(doc, cfg.markdown)

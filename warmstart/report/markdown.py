@@ -88,9 +88,52 @@ def render(doc: dict, command: str = "") -> str:
     for crit, v, ok in targets(doc):
         shown = v if isinstance(v, int) else _x(v)
         lines.append(f"| {crit} | {shown} | {'–' if ok is None else ('yes' if ok else '**no**')} |")
+    if doc.get("relocation"):
+        lines += relocation_section(doc["relocation"])
     if doc["problems"]:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in doc["problems"]]
     return "\n".join(lines) + "\n"
+
+
+def _spread(t):
+    """median (min–max) of a launch-time spread dict, or –."""
+    return "–" if not t else f"{t['median']:.3f} ({t['min']:.3f}–{t['max']:.3f})"
+
+
+def _n(v):
+    return "–" if v is None else f"{v:.0f}"
+
+
+def relocation_section(rel: dict) -> list:
+    """The "relocation" table: issue 9's targets, measured in the same bench run (relocation.py)."""
+    lines = ["", "## Relocation (issue 9)", "",
+             "Same bench run: the matrix above is \"before\"; then the apps were relocated on the emulated "
+             "disk and measured again. Times in s, median (min–max); seeks = disk-model requests that "
+             "moved the head during the whole launch (prefetch and the app's own misses), median.", ""]
+    for st in rel.get("steps", []):
+        if "error" in st:
+            lines.append(f"- relocating {', '.join(st['apps'])}: **failed**: {st['error']}")
+            continue
+        segs = ", ".join(f"{a} {s['segments']}" for a, s in sorted(st["schedules"].items()))
+        lines.append(f"- relocated {', '.join(st['apps'])} in one call ({st['seconds']:.0f} s): "
+                     f"{st['moved_files']} files, {st['moved_bytes'] / 2**20:.1f} MiB moved, {st['refused']} refused, "
+                     f"extents {st['extents_before']} → {st['extents_after']}; segments after: {segs}")
+    res = rel.get("results") or {"apps": {}, "targets": []}
+    lines += ["", "| app | reorder before | segmented before | segmented after | seg after / reorder before "
+              "| seeks seg before → after | seek drop | seg after / seg before | seg, one other relocated / before |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, a in res["apps"].items():
+        t, sk = a["times"], a["seeks"]
+        lines.append(f"| {name} | {_spread(t.get('reorder'))} | {_spread(t.get('segmented'))} | "
+                     f"{_spread(t.get('segmented-relocated'))} | {_x(a['seg_after_vs_reorder_before'])} | "
+                     f"{_n(sk.get('segmented'))} → {_n(sk.get('segmented-relocated'))} | "
+                     f"{_x(a['seek_drop_segmented'])} | {_x(a['seg_after_vs_seg_before'])} | "
+                     f"{_x(a['seg_one_vs_seg_before'])} |")
+    lines += ["", "| criterion | measured | met |", "|---|---:|---|"]
+    for t in res["targets"]:
+        lines.append(f"| {t['criterion']} | {_x(t['measured'])} | "
+                     f"{'–' if t['met'] is None else ('yes' if t['met'] else '**no**')} |")
+    return lines
 
 
 def write_markdown(doc: dict, path: Path, command: str = "") -> None:
