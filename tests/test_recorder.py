@@ -5,8 +5,9 @@ sched_switch that put it on a CPU and the one that took it off; synthlaunch burn
 thread CPU clock. On-CPU wall time >= CPU clock (it also holds interrupt handling and time the
 hypervisor steals from the vCPU while the task is current), and a c_i also holds the syscall and
 page-fault work between the previous completion and the next issue (well under 2 ms here).
-So we accept [burst - 1 ms, 1.10 * burst + 5 ms]. On this shared 2-core VM we measured
-+0.9..+1.9 ms over 100 ms bursts.
+So we accept [0.98 * burst - 1 ms, 1.10 * burst + 5 ms + the machine's irq and steal time during
+the recording]. On this shared 2-core VM we measured +0.9..+1.9 ms over 100 ms bursts when quiet;
+under load, -1.6 ms on 2 x 60 ms threads and up to +30 ms with 160 ms of irq+steal.
 """
 
 import fcntl
@@ -121,7 +122,9 @@ def test_synthetic_launch_sequence_and_cpu(emu_hdd, synth, tmp_path, needs_trace
     for step, ms in bursts.items():
         first = next(r for st, _, _, r in seen if st == step)
         c_ms = first.cpu_before_ns / 1e6
-        assert ms - 1 <= c_ms <= ms * 1.10 + 5 + slack_ms, \
+        # below: sched_switch timestamps and the threads' CPU clocks disagree by up to ~1.5% at
+        # thread start and exit (seen under load on 2 x 60 ms threads: 118.4 ms)
+        assert ms * 0.98 - 1 <= c_ms <= ms * 1.10 + 5 + slack_ms, \
             f"step {step}: c_i {c_ms:.2f} ms for a {ms} ms burst (irq+steal {slack_ms:.1f} ms)"
     row = store.get_recording(conn, rid)
     assert row["status"] == "ok" and row["lost_events"] == 0
@@ -201,7 +204,9 @@ def test_crash_timeout_failure_store_nothing(synth, tmp_path, needs_tracefs):
     for argv, kw, msg in cases:
         with pytest.raises(WarmstartError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             rec(db, "bad", argv, cold="none", **kw)
-        assert not list_our_instances(), f"tracefs instance left after {argv}"
+        # only this process's instances: other recorders (the hook's learner, a bench) may be running
+        assert not [n for n in list_our_instances() if n.startswith(f"warmstart-rec-{os.getpid()}-")], \
+            f"tracefs instance left after {argv}"
         assert _no_recordings(db)
     # --allow-failure stores the failed launch with its status
     conn, rid = rec(db, "bad", ["sh", "-c", "exit 3"], cold="none", allow_failure=True)

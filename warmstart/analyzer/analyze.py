@@ -13,7 +13,7 @@ A device that cannot be opened O_DIRECT makes `disk`/`hybrid` fail with the fix 
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..db import profiles as profile_db
 from ..db.schedules import Range, Schedule, Segment, save_schedule
@@ -45,10 +45,12 @@ class Options:
     stripe_disks: Optional[int] = None
     search_budget_s: float = 0.5              # model search
     disk_budget_factor: float = 0.5           # disk probing, x the recorded cold launch time
-    # CPU of a prefetched launch / CPU of the traced cold recording (docs/algorithms.md: python
-    # stdlib launch on the emulated HDD, 0.12-0.13 s user+sys warm vs 0.29 s recorded). `optimal`
-    # is searched robustly over {cpu_scale, 1} and its t_exp uses cpu_scale; `paper` is unchanged.
-    cpu_scale: float = 0.45
+    # CPU of a prefetched launch / CPU of the traced cold recording. Measured per app from the
+    # recordings' warm run (see cpu_scale_of); this fallback, for recordings without one, is what
+    # the python stdlib launch measured (docs/algorithms.md). `optimal` is searched robustly over
+    # {cpu_scale, 1} and its t_exp uses cpu_scale; `paper` is unchanged.
+    cpu_scale: Optional[float] = None
+    fallback_cpu_scale: float = 0.45
     save: bool = True
 
 
@@ -60,6 +62,17 @@ def _lost_check(recs, allow_lost: bool):
                              f"record again (`warmstart record`), pick others with --recording, "
                              f"or accept it with --allow-lost")
     return bad
+
+
+def cpu_scale_of(recs, fallback: float) -> Tuple[float, str]:
+    """Median warm CPU / recorded CPU over the recordings that measured both, clamped to (0, 1]."""
+    ratios = sorted(r.warm_cpu_s / r.cpu_total_s for r in recs
+                    if r.warm_cpu_s is not None and r.cpu_total_s)
+    if not ratios:
+        return fallback, "default (no warm run recorded)"
+    mid = len(ratios) // 2
+    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    return min(1.0, max(0.05, median)), f"measured (warm/recorded CPU of {len(ratios)} recording(s))"
 
 
 def build_sequence(conn, recs, k: Optional[int]) -> LaunchSequence:
@@ -179,14 +192,18 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     say(f"segmenting {len(items)} requests ({method} probes)")
     search_cost = model if method in ("model", "hybrid") else disk
     res_paper = paper(cpu_s, search_cost)
-    scales = (opts.cpu_scale, 1.0) if opts.cpu_scale != 1.0 else (1.0,)
+    if opts.cpu_scale is not None:
+        cpu_scale, scale_source = opts.cpu_scale, "given"
+    else:
+        cpu_scale, scale_source = cpu_scale_of(recs, opts.fallback_cpu_scale)
+    scales = (cpu_scale, 1.0) if cpu_scale != 1.0 else (1.0,)
     res_opt = optimise(cpu_s, search_cost, time_budget_s=opts.search_budget_s, cpu_scales=scales) \
         if opts.algorithm == "optimal" else None
     pre = [0.0]
     for c in cpu_s:
         pre.append(pre[-1] + c)
     if res_opt:  # the optimiser's T and t_exp are on the expected (scaled) CPU
-        pre = [x * opts.cpu_scale for x in pre]
+        pre = [x * cpu_scale for x in pre]
     compare: Dict[str, dict] = {"paper": {"t_exp_s": res_paper.t_exp, "t_model_s": res_paper.t_model,
                                           "segments": len(res_paper.segments)}}
     if res_opt:
@@ -260,7 +277,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
               "strip_bytes": strip or 0, "stripe_disks": disks or 0, "t_model_s": chosen.t_model,
               "compare": compare, "model_error": model_error, "filemap": fmap.report.to_json(),
               "coverage": [{"recording_id": c.recording_id, "fraction": c.fraction} for c in seq.coverage],
-              "lossy_recordings": [r.id for r in lossy], **notes}
+              "lossy_recordings": [r.id for r in lossy], "cpu_scale": cpu_scale,
+              "cpu_scale_source": scale_source, **notes}
     sched = Schedule(None, app_name, chosen.algorithm, method, chosen.t_exp,
                      sum(s.bytes for s in segments), waste, rids, segments, used_files, extents,
                      profile_id=profile_id, params=params)

@@ -19,6 +19,7 @@ class RecordingInfo:
     lost_events: int
     status: str
     cpu_total_s: Optional[float]
+    warm_cpu_s: Optional[float] = None
 
 
 def app_id(conn: sqlite3.Connection, name: str) -> int:
@@ -32,9 +33,9 @@ def app_id(conn: sqlite3.Connection, name: str) -> int:
 
 
 def recordings(conn: sqlite3.Connection, app: int, ids: Optional[Sequence[int]] = None) -> List[RecordingInfo]:
-    rows = conn.execute("SELECT id, launch_time_s, lost_events, status, cpu_total_s FROM recordings"
+    rows = conn.execute("SELECT id, launch_time_s, lost_events, status, cpu_total_s, warm_cpu_s FROM recordings"
                         " WHERE app_id = ? ORDER BY id", (app,)).fetchall()
-    out = [RecordingInfo(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+    out = [RecordingInfo(*r) for r in rows]
     if ids:
         missing = set(ids) - {r.id for r in out}
         if missing:

@@ -37,6 +37,7 @@ def summary(conn, rid: int) -> dict:
         "requests": len(reqs), "read_requests": len(reads),
         "read_bytes": sum(r.nr_sectors for r in reads) * 512,
         "cpu_total_s": rec["cpu_total_s"], "cpu_in_c_i_s": sum(r.cpu_before_ns for r in reqs) / 1e9,
+        "warm_cpu_s": rec["warm_cpu_s"],
         "lost_events": rec["lost_events"], "status": rec["status"],
         "data_pages": pages, "resolved_data_pages_pct":
             round(100.0 * (env.get("resolved_data_pages") or 0) / pages, 1) if pages else None,
@@ -75,10 +76,14 @@ def _text(name, s) -> str:
               help="Store the recording even if the command exits non-zero or crashes.")
 @click.option("--buffer-kb", default=8192, show_default=True, type=click.IntRange(64, 1 << 20),
               help="tracefs ring buffer per CPU and instance.")
+@click.option("--warm-run/--no-warm-run", default=True, show_default=True,
+              help="Launch once more, untraced and warm, to measure the CPU a prefetched launch needs "
+                   "(the analyzer calibrates c_i with it). Skip it for commands with side effects.")
 @json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
-def record(ctx, name, runs, until_spec, timeout, backend, cold, devices, allow_failure, buffer_kb, as_json, command):
+def record(ctx, name, runs, until_spec, timeout, backend, cold, devices, allow_failure, buffer_kb, warm_run,
+           as_json, command):
     """Record cold launches of COMMAND: every block request, page-cache add and the CPU time
     between I/O stalls. Needs root. Nothing is stored for a launch that fails, crashes, times
     out or is interrupted (unless --allow-failure).
@@ -92,7 +97,7 @@ def record(ctx, name, runs, until_spec, timeout, backend, cold, devices, allow_f
     """
     opts = RecordOptions(until=parse_until(until_spec), timeout=timeout, backend=backend, cold=cold,
                          devices=[_device(d) for d in devices], allow_failure=allow_failure,
-                         buffer_kb=buffer_kb, passthrough=not as_json)
+                         buffer_kb=buffer_kb, passthrough=not as_json, warm_run=warm_run)
     name = name or os.path.basename(command[0])
     conn = ctx.db
 

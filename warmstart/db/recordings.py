@@ -68,10 +68,10 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
             app_id = upsert_app(conn, app_name, executable, argv)
             cur = conn.execute(
                 "INSERT INTO recordings (app_id, started_at, launch_time_s, end_reason, exit_status, backend,"
-                " cold_method, lost_events, status, cpu_total_s, cpu_tail_ns, env_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " cold_method, lost_events, status, cpu_total_s, cpu_tail_ns, warm_cpu_s, env_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (app_id, rec.started_at, rec.launch_time_s, rec.end_reason, rec.exit_status, rec.backend,
-                 rec.cold_method, rec.lost_events, rec.status, rec.cpu_total_s, rec.cpu_tail_ns,
+                 rec.cold_method, rec.lost_events, rec.status, rec.cpu_total_s, rec.cpu_tail_ns, rec.warm_cpu_s,
                  json.dumps(rec.env, sort_keys=True, default=str)))
             rid = cur.lastrowid
             conn.executemany(

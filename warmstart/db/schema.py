@@ -42,6 +42,7 @@ CREATE TABLE recordings (
     status          TEXT NOT NULL DEFAULT 'ok' CHECK (status IN ('ok', 'lost-events')),
     cpu_total_s     REAL,                  -- user+sys of CMD and all its descendants
     cpu_tail_ns     INTEGER NOT NULL DEFAULT 0,  -- launch CPU after the last request completed (docs/recording.md)
+    warm_cpu_s      REAL,                  -- user+sys of one untraced warm launch right after (NULL: not run)
     env_json        TEXT NOT NULL DEFAULT '{}'  -- kernel, devices, file systems, tracer settings
 );
 CREATE INDEX recordings_app ON recordings(app_id);

@@ -48,6 +48,11 @@ def assign_cpu(requests: List[BlockRequest], curve: CpuCurve, start_ns: int, end
     """Set cpu_before_ns (c_i) on requests (in issue order); return the tail CPU time."""
     since = start_ns
     for req in requests:
+        if req.is_write:
+            # writes (journal commits, writeback) are not in the launch sequence and the app does
+            # not wait for them: they neither take CPU time nor end the window of the next read
+            req.cpu_before_ns = 0
+            continue
         req.cpu_before_ns = curve.between(since, req.issue_ns) if since is not None else 0
         done = req.complete_ns
         # the next window opens when this request completes; if that is after the next issue

@@ -84,6 +84,7 @@ class Recording:
     lost_events: int = 0
     cpu_total_s: Optional[float] = None
     cpu_tail_ns: int = 0
+    warm_cpu_s: Optional[float] = None
     env: Dict = field(default_factory=dict)
     requests: List[BlockRequest] = field(default_factory=list)
     page_adds: List[PageAdd] = field(default_factory=list)

@@ -8,6 +8,7 @@ transaction at the very end, so any failure (or Ctrl-C) leaves nothing half-stor
 
 import contextlib
 import os
+import resource
 import signal
 import threading
 import time
@@ -43,6 +44,7 @@ class RecordOptions:
     env: Optional[dict] = None
     buffer_kb: int = 8192
     passthrough: bool = True
+    warm_run: bool = True      # measure the warm launch's CPU once after the recording
 
 
 class _SignalsAsInterrupt:
@@ -150,8 +152,26 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
         if we_mounted:
             os.system("umount /sys/kernel/tracing")
     _refuse_bad_end(result, opts)
+    warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
     return _store(conn, name, argv, executable, opts, result, raw_requests, task_events,
-                  lost, backend.name, cold, started_at)
+                  lost, backend.name, cold, started_at, warm_cpu)
+
+
+def _warm_cpu_s(argv, opts: RecordOptions, traced: LaunchResult, devices, say) -> Optional[float]:
+    """User+sys CPU of one untraced launch right after the recording, its data now cached.
+
+    A prefetched launch finds its data cached, so it spends about this much CPU; the traced cold
+    recording overstates it (tracepoints, and the kernel's work of reading from disk), and the
+    analyzer scales the recorded c_i by warm/recorded. None if the launch ends differently."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    warm = launch(argv, opts.until, opts.timeout, cwd=opts.cwd, env=opts.env, devices=devices,
+                  passthrough=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if warm.exit_status != traced.exit_status or warm.end_reason != traced.end_reason:
+        say(f"warm run ended differently ({warm.end_reason}, exit {warm.exit_status}): "
+            f"its CPU is not used to calibrate the analysis")
+        return None
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def _refuse_bad_end(result: LaunchResult, opts: RecordOptions) -> None:
@@ -169,7 +189,7 @@ def _refuse_bad_end(result: LaunchResult, opts: RecordOptions) -> None:
 
 
 def _store(conn, name, argv, executable, opts, result, raw_requests, task_events, lost, backend_name,
-           cold, started_at) -> int:
+           cold, started_at, warm_cpu_s=None) -> int:
     start, end = result.start_ns, result.end_ns
     tree = build_tree(task_events, result.pid, start, end)
     adds = page_adds(task_events, tree, start, end)
@@ -205,6 +225,6 @@ def _store(conn, name, argv, executable, opts, result, raw_requests, task_events
     }
     rec = Recording(started_at=started_at, launch_time_s=result.launch_time_s, end_reason=result.end_reason,
                     exit_status=result.exit_status, backend=backend_name, cold_method=cold, lost_events=lost,
-                    cpu_total_s=curve.between(start, end) / 1e9, cpu_tail_ns=tail, env=env,
+                    cpu_total_s=curve.between(start, end) / 1e9, cpu_tail_ns=tail, warm_cpu_s=warm_cpu_s, env=env,
                     requests=requests, page_adds=adds, processes=procs, files=files)
     return store.insert_recording(conn, name, executable, [os.fsencode(a) for a in argv], rec)
