@@ -15,6 +15,10 @@ struct ws_options {
 	const char *pidfile;
 	const char *marks[WS_MAX_MARKS]; /* extra paths whose mounts are marked (learning) */
 	int n_marks;
+	const char *launch_dir;  /* per hooked launch: the replayer's stats JSON is written here */
+	const char *learner;     /* unix socket of `warmstart hook learner` (learn = auto) */
+	const char *learn_prefixes[WS_MAX_MARKS]; /* unknown executables under these are learned */
+	int n_learn_prefixes;
 	int watchdog;
 	unsigned stop_check_ms;  /* watchdog period */
 	unsigned hang_ms;        /* heartbeat age that counts as hung */
@@ -36,6 +40,6 @@ int ws_worker_run(const struct ws_options *opt, struct ws_heartbeat *hb);
 /* Start the replayer for one launch; *notify_fd becomes readable when the pre-buffer is in
  * (a byte) or the replayer is gone (EOF). Returns the child's pid or -errno. */
 pid_t ws_spawn_replayer(const char *replayer, const char *schedule, uid_t uid, gid_t gid,
-			pid_t app_pid, int *notify_fd);
+			pid_t app_pid, const char *stats_path, int *notify_fd);
 
 #endif

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 pid_t ws_spawn_replayer(const char *replayer, const char *schedule, uid_t uid, gid_t gid,
-			pid_t app_pid, int *notify_fd)
+			pid_t app_pid, const char *stats_path, int *notify_fd)
 {
 	char uid_s[16], gid_s[16], pid_s[16];
 	int p[2];
@@ -31,8 +31,11 @@ pid_t ws_spawn_replayer(const char *replayer, const char *schedule, uid_t uid, g
 	}
 	if (pid == 0) {
 		/* child: only async-signal-safe calls until exec */
-		char *const argv[] = {(char *)replayer, "--notify-fd", "3", "--uid", uid_s, "--gid", gid_s,
-				      "--pid", pid_s, (char *)schedule, NULL};
+		char *const with_stats[] = {(char *)replayer, "--notify-fd", "3", "--uid", uid_s, "--gid", gid_s,
+					    "--pid", pid_s, "--stats", (char *)stats_path, (char *)schedule, NULL};
+		char *const without[] = {(char *)replayer, "--notify-fd", "3", "--uid", uid_s, "--gid", gid_s,
+					 "--pid", pid_s, (char *)schedule, NULL};
+		char *const *argv = stats_path ? with_stats : without;
 		char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
 		sigset_t none;
 		int null = open("/dev/null", O_RDWR);

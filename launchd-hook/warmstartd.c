@@ -53,6 +53,9 @@ static void usage(FILE *f)
 		"  --stats PATH       decision-time statistics (written on SIGUSR1 and exit)\n"
 		"  --pidfile PATH     write the watchdog's pid\n"
 		"  --mark PATH        also mark the mount holding PATH (repeatable)\n"
+		"  --launch-dir DIR   the replayer of each hooked launch writes its stats JSON here\n"
+		"  --learner SOCK     ask `warmstart hook learner` (unix socket) to record unknown apps\n"
+		"  --learn-prefix P   ... whose executable path starts with P (repeatable; with --mark)\n"
 		"  --no-watchdog      run the worker alone (a SIGSTOPped worker then blocks execs on marked mounts)\n"
 		"  --stop-check-ms N  watchdog period (default 50)\n"
 		"  --hang-ms N        heartbeat age counted as a hang (default 2000)\n"
@@ -210,6 +213,8 @@ int main(int argc, char **argv)
 		{"pidfile", required_argument, 0, 'p'}, {"mark", required_argument, 0, 'm'},
 		{"no-watchdog", no_argument, 0, 'W'},   {"stop-check-ms", required_argument, 0, 'c'},
 		{"hang-ms", required_argument, 0, 'H'}, {"help", no_argument, 0, 'h'},
+		{"launch-dir", required_argument, 0, 'L'}, {"learner", required_argument, 0, 'l'},
+		{"learn-prefix", required_argument, 0, 'P'},
 		{0, 0, 0, 0}};
 	struct ws_options opt = {.index_path = "/var/lib/warmstart/hook.idx", .watchdog = 1,
 				 .stop_check_ms = 50, .hang_ms = 2000};
@@ -242,6 +247,15 @@ int main(int argc, char **argv)
 			opt.marks[opt.n_marks++] = optarg;
 			break;
 		case 'W': opt.watchdog = 0; break;
+		case 'L': opt.launch_dir = optarg; break;
+		case 'l': opt.learner = optarg; break;
+		case 'P':
+			if (opt.n_learn_prefixes == WS_MAX_MARKS) {
+				fprintf(stderr, "warmstartd: at most %d --learn-prefix\n", WS_MAX_MARKS);
+				return 2;
+			}
+			opt.learn_prefixes[opt.n_learn_prefixes++] = optarg;
+			break;
 		case 'c': opt.stop_check_ms = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'H': opt.hang_ms = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'h': usage(stdout); return 0;

@@ -17,13 +17,18 @@
 #include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_HOLDS 32
 #define LAT_RING 8192
 #define FAN_BUF 8192
+#define LEARN_SEEN 512
+#define LEARN_RETRY_NS 60000000000ull /* ask the learner about one (exe, argv) at most once a minute */
 
 struct hold {
 	int event_fd;   /* -1: slot free */
@@ -32,6 +37,12 @@ struct hold {
 	pid_t app;
 	uint64_t start_ns, deadline_ns;
 	uint64_t schedule_id; /* not an entry index: the index may be reloaded during a hold */
+	int learn;            /* held for the learner (notify_fd is its socket), not a replayer */
+	char stats[200];      /* the replayer's stats file ("" without --launch-dir) */
+};
+
+struct seen {
+	uint64_t key, t_ns;
 };
 
 struct watch {
@@ -49,7 +60,8 @@ struct worker {
 	size_t n_watches;
 	struct hold holds[MAX_HOLDS];
 	uint32_t lat_ns[LAT_RING]; /* decision times of unrelated execs */
-	uint64_t n_lat, n_events, n_matched, n_allowed_error;
+	uint64_t n_lat, n_events, n_matched, n_allowed_error, n_learn;
+	struct seen seen[LEARN_SEEN];
 	FILE *events;
 };
 
@@ -227,12 +239,112 @@ static void release(struct worker *w, struct hold *h, const char *outcome)
 
 	respond(w, h->event_fd, FAN_ALLOW);
 	close(h->notify_fd);
-	emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, \"replayer_pid\": %d, "
-		      "\"held_ms\": %.3f, \"outcome\": \"%s\"",
-		   (unsigned long long)h->schedule_id, (int)h->app, (int)h->replayer,
-		   (now - h->start_ns) / 1e6, outcome);
+	if (h->learn)
+		emit_event(w, "\"event\": \"learn\", \"pid\": %d, \"held_ms\": %.3f, \"outcome\": \"%s\"",
+			   (int)h->app, (now - h->start_ns) / 1e6, outcome);
+	else
+		emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, \"replayer_pid\": %d, "
+			      "\"held_ms\": %.3f, \"outcome\": \"%s\", \"t_exec\": %.6f, \"stats\": \"%s\"",
+			   (unsigned long long)h->schedule_id, (int)h->app, (int)h->replayer,
+			   (now - h->start_ns) / 1e6, outcome, h->start_ns / 1e9, h->stats);
 	h->event_fd = -1;
 	w->hb->held--;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ c[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static int under_learn_prefix(const struct ws_options *o, const char *path)
+{
+	for (int i = 0; i < o->n_learn_prefixes; i++) {
+		size_t n = strlen(o->learn_prefixes[i]);
+
+		while (n > 1 && o->learn_prefixes[i][n - 1] == '/')
+			n--;
+		if (strncmp(path, o->learn_prefixes[i], n) == 0 && (path[n] == '/' || path[n] == '\0'))
+			return 1;
+	}
+	return 0;
+}
+
+/* An exec of an executable the index does not know, on a learn-marked mount: if it is under a
+ * learn prefix, ask the learner (unix socket, owned by root) to record this launch. Request:
+ * "LEARN pid dev ino size mtime_ns argc\n", then the executable's path and each argument,
+ * NUL-terminated. The exec is held until the learner answers (a byte: tracing runs) or closes
+ * (it declined), or the deadline. Returns 1 if a hold started (the event is answered later). */
+static int try_learn(struct worker *w, const struct fanotify_event_metadata *m, const struct stat *st,
+		     uint64_t t0)
+{
+	char link[64], exe[PATH_MAX], head[160];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	struct ws_argv *av;
+	struct iovec iov[2 + WS_ARGV_MAX];
+	uint64_t key, now = ws_now_ns();
+	ssize_t n;
+	int slot, sock, niov = 0, oldest = 0;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", m->fd);
+	n = readlink(link, exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return 0;
+	exe[n] = '\0';
+	if (!under_learn_prefix(w->opt, exe) || (slot = free_hold(w)) < 0)
+		return 0;
+	av = malloc(sizeof(*av));
+	if (!av || ws_exec_argv(m->pid, av) < 0) {
+		free(av);
+		return 0;
+	}
+	key = fnv1a(0xcbf29ce484222325ull, &st->st_dev, sizeof(st->st_dev));
+	key = fnv1a(key, &st->st_ino, sizeof(st->st_ino));
+	for (int i = 0; i < av->argc; i++)
+		key = fnv1a(key, av->argv[i], strlen(av->argv[i]) + 1);
+	for (int i = 0; i < LEARN_SEEN; i++) {
+		if (w->seen[i].key == key && now - w->seen[i].t_ns < LEARN_RETRY_NS) {
+			free(av);
+			return 0;
+		}
+		if (w->seen[i].t_ns < w->seen[oldest].t_ns)
+			oldest = i;
+	}
+	w->seen[oldest] = (struct seen){key, now};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", w->opt->learner);
+	sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.uid != 0) {
+		if (sock >= 0)
+			close(sock);
+		free(av);
+		return 0; /* no learner, or one not run by root: never hand it an exec */
+	}
+	snprintf(head, sizeof(head), "LEARN %d %llu %llu %lld %lld %d\n", (int)m->pid,
+		 (unsigned long long)st->st_dev, (unsigned long long)st->st_ino, (long long)st->st_size,
+		 (long long)st->st_mtim.tv_sec * 1000000000ll + st->st_mtim.tv_nsec, av->argc);
+	iov[niov++] = (struct iovec){head, strlen(head)};
+	iov[niov++] = (struct iovec){exe, strlen(exe) + 1};
+	for (int i = 0; i < av->argc; i++)
+		iov[niov++] = (struct iovec){av->argv[i], strlen(av->argv[i]) + 1};
+	n = writev(sock, iov, niov); /* < 10 KiB: fits the socket buffer of a fresh connection */
+	free(av);
+	if (n < 0) {
+		close(sock);
+		return 0;
+	}
+	w->holds[slot] = (struct hold){m->fd, sock, 0, m->pid, t0,
+				       t0 + (uint64_t)(w->idx.hdr && w->idx.hdr->max_hold_ms ? w->idx.hdr->max_hold_ms
+									: WS_HOLD_CAP_MS) * 1000000ull,
+				       0, 1, ""};
+	w->hb->held++;
+	w->n_learn++;
+	return 1;
 }
 
 /* Decide one exec. Every path that does not start a hold answers FAN_ALLOW right here. */
@@ -241,6 +353,7 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 	const struct ws_index_entry *e;
 	struct ws_argv *av = NULL;
 	struct stat st;
+	char stats[sizeof(((struct hold *)0)->stats)];
 	int mismatch = 0, slot, nfd, err;
 	uid_t uid;
 	gid_t gid;
@@ -249,6 +362,8 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 
 	w->n_events++;
 	if (!w->idx.hdr || fstat(m->fd, &st) < 0 || !ws_index_find(&w->idx, st.st_dev, st.st_ino)) {
+		if (w->opt->learner && w->idx.hdr && try_learn(w, m, &st, t0))
+			return;
 		respond(w, m->fd, FAN_ALLOW);
 		w->lat_ns[w->n_lat++ % LAT_RING] = (uint32_t)(ws_now_ns() - t0);
 		return;
@@ -281,7 +396,12 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 		respond(w, m->fd, FAN_ALLOW);
 		return;
 	}
-	rp = ws_spawn_replayer(w->opt->replayer, ws_index_str(&w->idx, e->sched_off), uid, gid, m->pid, &nfd);
+	stats[0] = '\0';
+	if (w->opt->launch_dir)
+		snprintf(stats, sizeof(stats), "%s/%llu-%d-%llu.json", w->opt->launch_dir,
+			 (unsigned long long)e->schedule_id, (int)m->pid, (unsigned long long)t0);
+	rp = ws_spawn_replayer(w->opt->replayer, ws_index_str(&w->idx, e->sched_off), uid, gid, m->pid,
+			       stats[0] ? stats : NULL, &nfd);
 	if (rp < 0) {
 		w->n_allowed_error++;
 		ws_log("cannot start %s: %s", w->opt->replayer, strerror((int)-rp));
@@ -294,7 +414,8 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 	if (hold_ms > WS_HOLD_CAP_MS)
 		hold_ms = WS_HOLD_CAP_MS;
 	w->holds[slot] = (struct hold){m->fd, nfd, rp, m->pid, t0, t0 + hold_ms * 1000000ull,
-				       e->schedule_id};
+				       e->schedule_id, 0, ""};
+	memcpy(w->holds[slot].stats, stats, sizeof(stats));
 	w->hb->held++;
 }
 
@@ -347,10 +468,12 @@ static void write_stats(struct worker *w)
 	if (f) {
 		fprintf(f, "{\"worker_pid\": %d, \"events\": %llu, \"matched\": %llu, \"allowed_on_error\": %llu, "
 			   "\"unrelated_samples\": %zu, \"unrelated_decision_median_us\": %.3f, "
-			   "\"unrelated_decision_p99_us\": %.3f, \"index_entries\": %u, \"file_watches\": %zu}\n",
+			   "\"unrelated_decision_p99_us\": %.3f, \"index_entries\": %u, \"file_watches\": %zu, "
+			   "\"learn_requests\": %llu}\n",
 			(int)getpid(), (unsigned long long)w->n_events, (unsigned long long)w->n_matched,
 			(unsigned long long)w->n_allowed_error, n, n ? s[n / 2] / 1e3 : 0.0,
-			n ? s[(n * 99) / 100] / 1e3 : 0.0, w->idx.hdr ? w->idx.hdr->n_entries : 0, w->n_watches);
+			n ? s[(n * 99) / 100] / 1e3 : 0.0, w->idx.hdr ? w->idx.hdr->n_entries : 0, w->n_watches,
+			(unsigned long long)w->n_learn);
 		if (fclose(f) == 0)
 			rename(tmp, w->opt->stats_path);
 	}

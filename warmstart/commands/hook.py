@@ -108,3 +108,29 @@ def refresh(obj, as_json):
     r = do_refresh(obj.db)
     emit(r, as_json, lambda: f"index {r['index']}: {len(r['entries'])} app(s); "
          f"{len(r['skipped'])} skipped")
+
+
+@hook.command()
+@click.pass_obj
+def learner(obj):
+    """Run the hook's learner in the foreground (`hook install` starts it in the background).
+
+    Records unknown apps on their first launch (learn = "auto"), analyzes them when the machine
+    is idle, and stores an accuracy record for every hooked launch (docs/hook.md).
+
+    \b
+    Example:
+      sudo warmstart hook learner      # normally started by `warmstart hook install`
+    """
+    import signal
+    import threading
+    from ..hook.config import load_config
+    from ..hook.layout import hook_paths
+    from ..hook.learner import Learner
+    paths = hook_paths()
+    cfg = load_config(paths.config if paths.config.exists() else None)
+    db_file = obj.db.execute("PRAGMA database_list").fetchone()["file"]
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    Learner(db_file, paths, cfg).serve(stop)

@@ -6,6 +6,10 @@
     min_hold_ms = 20
     max_hold_ms = 1000            # never more than 1000 (the daemon caps it too)
     accuracy_threshold = 0.8      # re-learn an app whose prefetch accuracy falls below this
+    learn_idle_cpu = 0.5          # learned apps are analyzed when CPU busy < this and
+    learn_idle_io_kbps = 2048     #   disk I/O < this, over learn_idle_sample_s (2.0),
+    learn_idle_max_s = 600.0      #   or after this long anyway
+    learn_record_timeout_s = 60.0
 
 A system config not owned by root, or writable by others, is refused: it decides what a root
 daemon reads on behalf of every user.
@@ -31,6 +35,11 @@ class HookConfig:
     min_hold_ms: int = 20
     max_hold_ms: int = HOLD_CAP_MS
     accuracy_threshold: float = 0.8
+    learn_idle_cpu: float = 0.5       # analyze learned apps when CPU busy is below this ...
+    learn_idle_io_kbps: int = 2048    # ... and disk I/O below this (KiB/s, over learn_idle_sample_s)
+    learn_idle_sample_s: float = 2.0
+    learn_idle_max_s: float = 600.0   # analyze anyway after waiting this long
+    learn_record_timeout_s: float = 60.0  # a learned launch is recorded for at most this long
     source: Optional[str] = None
 
 

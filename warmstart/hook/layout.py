@@ -55,6 +55,31 @@ class HookPaths:
         return self.etc / "warmstart.toml"
 
     @property
+    def launches(self) -> Path:
+        """Per hooked launch: the replayer's stats JSON (consumed by the learner's feedback)."""
+        return self.state / "launches"
+
+    @property
+    def learner_sock(self) -> Path:
+        return self.run / "learner.sock"
+
+    @property
+    def learner_pidfile(self) -> Path:
+        return self.run / "learner.pid"
+
+    @property
+    def learner_log(self) -> Path:
+        return self.state / "learner.log"
+
+    @property
+    def learner_events(self) -> Path:
+        return self.state / "learner-events.jsonl"
+
+    @property
+    def feedback_offset(self) -> Path:
+        return self.state / "hook-events.feedback-offset"
+
+    @property
     def preload_env(self) -> Path:
         return self.state / "preload.env"
 

@@ -49,7 +49,10 @@ def install(conn, with_preload: bool = False, system_preload: bool = False,
         if os.geteuid() != 0:
             raise WarmstartError("warmstartd needs root (fanotify permission events): run as root, "
                                  "or use `warmstart hook install --preload` for your own launches")
-        result["daemon"] = service.start(paths)
+        cfg = load_config(paths.config if paths.config.exists() else None)
+        result["daemon"] = service.start(paths, cfg=cfg)
+        db_file = conn.execute("PRAGMA database_list").fetchone()["file"]
+        result["learner"] = {"pid": service.start_learner(paths, db_file), "learn": cfg.learn}
     if with_preload:
         result["preload"] = preload.install(paths, system_preload)
     return result
@@ -58,6 +61,7 @@ def install(conn, with_preload: bool = False, system_preload: bool = False,
 def uninstall() -> dict:
     paths = hook_paths()
     stopped = service.stop(paths)
+    service.stop_learner(paths)
     removed = []
     if paths.unit.exists():
         paths.unit.unlink()
@@ -67,13 +71,14 @@ def uninstall() -> dict:
     pre = preload.uninstall(paths)
     if pre:
         removed.append(pre)
-    for f in (paths.index, paths.events_offset):
+    for f in (paths.index, paths.events_offset, paths.feedback_offset):
         if f.exists():
             f.unlink()
             removed.append(str(f))
-    if paths.schedules.exists():
-        shutil.rmtree(paths.schedules)
-        removed.append(str(paths.schedules))
+    for d in (paths.schedules, paths.launches):
+        if d.exists():
+            shutil.rmtree(d)
+            removed.append(str(d))
     return {"daemon_stopped": stopped, "removed": removed}
 
 
@@ -84,6 +89,7 @@ def status(conn=None) -> dict:
     pid = service.running_pid(paths)
     if pid is not None:
         out["daemon"] = {"pid": pid, "stats": service.read_stats(paths)}
+    out["learner"] = service.learner_running(paths)
     if paths.index.exists():
         try:
             idx = read_index(os.fsencode(paths.index), require_root=os.geteuid() == 0)

@@ -4,12 +4,14 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Optional
 
 from ..errors import WarmstartError
 from ..paths import REPO_ROOT, helper_binary
+from .config import HookConfig
 from .layout import HookPaths
 
 UNIT_TEMPLATE = REPO_ROOT / "launchd-hook" / "warmstartd.service"
@@ -20,10 +22,72 @@ def systemd_running() -> bool:
     return os.path.isdir("/run/systemd/system")
 
 
-def daemon_args(paths: HookPaths):
-    return [str(helper_binary("warmstartd")), "--index", str(paths.index), "--events", str(paths.events),
+def daemon_args(paths: HookPaths, cfg: Optional[HookConfig] = None):
+    args = [str(helper_binary("warmstartd")), "--index", str(paths.index), "--events", str(paths.events),
             "--stats", str(paths.stats), "--pidfile", str(paths.pidfile),
-            "--replayer", str(helper_binary("warmstart-replay"))]
+            "--replayer", str(helper_binary("warmstart-replay")), "--launch-dir", str(paths.launches)]
+    if cfg is not None and cfg.learn == "auto":
+        # learning sees every exec on the mounts of the learn paths (mount marks), and asks the
+        # learner about the unknown ones under these paths
+        args += ["--learner", str(paths.learner_sock)]
+        for p in cfg.learn_paths:
+            if os.path.isdir(p):
+                args += ["--mark", os.path.realpath(p), "--learn-prefix", os.path.realpath(p)]
+    return args
+
+
+def learner_running(paths: HookPaths) -> Optional[int]:
+    try:
+        pid = int(paths.learner_pidfile.read_text().split()[0])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return pid if b"learner" in f.read() else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def start_learner(paths: HookPaths, db_path: str) -> int:
+    """`warmstart hook learner` in the background (learning and accuracy feedback)."""
+    pid = learner_running(paths)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)  # restart it: the config may have changed
+        _wait_gone(pid)
+    log = open(paths.learner_log, "ab")
+    try:
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        p = subprocess.Popen([sys.executable, "-m", "warmstart", "--db", db_path, "hook", "learner"],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                             close_fds=True, env=env)
+    finally:
+        log.close()
+    paths.learner_pidfile.write_text(f"{p.pid}\n")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not paths.learner_sock.exists():
+        if p.poll() is not None:
+            raise WarmstartError(f"warmstart hook learner exited ({p.returncode}); see {paths.learner_log}")
+        time.sleep(0.05)
+    return p.pid
+
+
+def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        time.sleep(0.02)
+    if os.path.exists(f"/proc/{pid}"):
+        os.kill(pid, signal.SIGKILL)
+
+
+def stop_learner(paths: HookPaths) -> bool:
+    pid = learner_running(paths)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        _wait_gone(pid, 15.0)  # a recording in progress is stopped and its tracefs instances removed
+    paths.learner_pidfile.unlink(missing_ok=True)
+    return pid is not None
 
 
 def running_pid(paths: HookPaths) -> Optional[int]:
@@ -36,8 +100,8 @@ def running_pid(paths: HookPaths) -> Optional[int]:
         return None
 
 
-def write_unit(paths: HookPaths) -> Path:
-    text = UNIT_TEMPLATE.read_text().replace("@EXECSTART@", " ".join(daemon_args(paths)))
+def write_unit(paths: HookPaths, cfg: Optional[HookConfig] = None) -> Path:
+    text = UNIT_TEMPLATE.read_text().replace("@EXECSTART@", " ".join(daemon_args(paths, cfg)))
     paths.unit.parent.mkdir(parents=True, exist_ok=True)
     paths.unit.write_text(text)
     os.chmod(paths.unit, 0o644)
@@ -70,24 +134,24 @@ def read_stats(paths: HookPaths, refresh: bool = True, timeout_s: float = 2.0) -
         return None
 
 
-def start(paths: HookPaths, use_systemd: Optional[bool] = None) -> dict:
+def start(paths: HookPaths, use_systemd: Optional[bool] = None, cfg: Optional[HookConfig] = None) -> dict:
     """Start the daemon (or leave a running one: it reloads the index on its own)."""
     pid = running_pid(paths)
     if pid is not None:
         return {"started": False, "pid": pid, "how": "already running (reloads the index by itself)"}
-    for d in (paths.run, paths.state):
+    for d in (paths.run, paths.state, paths.launches):
         d.mkdir(parents=True, exist_ok=True, mode=0o755)
     if use_systemd is None:
         use_systemd = systemd_running()
     if use_systemd:
-        write_unit(paths)
+        write_unit(paths, cfg)
         _systemctl("daemon-reload")
         _systemctl("enable", "--now", "warmstartd.service")
         how = "systemd (warmstartd.service enabled)"
     else:
         log = open(paths.log, "ab")
         try:
-            subprocess.Popen(daemon_args(paths), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            subprocess.Popen(daemon_args(paths, cfg), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                              start_new_session=True, close_fds=True)
         finally:
             log.close()

@@ -1,0 +1,407 @@
+"""`warmstart hook learner`: the Python side of the hook, started by `hook install` next to
+warmstartd (and stopped by uninstall). Two jobs, one loop:
+
+1. Learning (learn = "auto"). warmstartd marks the mounts of `learn_paths`; on the exec of an
+   executable it has no entry for, under those paths, it connects to this process's socket
+   (root-owned, 0600; the daemon checks SO_PEERCRED uid 0) and sends
+   "LEARN pid dev ino size mtime_ns argc\\n" + NUL-terminated path and argv, holding the exec.
+   If the launch is new (or its app was marked for re-learning), the learner starts the tracefs
+   recorder on that pid (task events follow its forks) and answers one byte: the daemon releases
+   the exec, so THIS first launch is recorded from its exec on. Otherwise it closes the socket
+   (declined). Recording ends when the process exits; the recording is stored as app
+   `auto-<name>-<hash>`. The cache is NOT dropped for it (it is the user's real launch): it is as
+   cold as the machine happened to be. Analysis waits until the machine is idle (CPU busy below
+   `learn_idle_cpu`, no more than `learn_idle_io_kbps` of disk I/O, over 2 s), or at most
+   `learn_idle_max_s`, runs `analyze` (probe auto: hybrid with a disk profile) and refreshes the
+   index: the second plain launch is prefetched.
+2. Accuracy feedback (always). Each hooked launch's record (hook-events.jsonl) names the
+   replayer's stats file; when the app has exited, feedback.judge() stores a `launches` row (mode
+   "hook") and marks the schedule stale when accuracy falls below `accuracy_threshold`; the index
+   is then refreshed, so the app is re-learned (learn = auto) or shown as stale.
+"""
+
+import hashlib
+import json
+import os
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from typing import Optional
+
+from ..db.connection import open_db
+from ..errors import WarmstartError
+from . import feedback
+from .config import HookConfig
+from .layout import HookPaths
+from .signature import needles
+
+MAX_REQUEST = 16384
+
+
+def _log(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} warmstart-learner[{os.getpid()}]: {msg}", flush=True)
+
+
+def app_name_for(exe: bytes, argv) -> str:
+    key = hashlib.sha1(exe + b"\0" + b"\0".join(needles(exe, argv))).hexdigest()[:8]
+    base = os.path.basename(exe).decode("utf-8", "replace")
+    return f"auto-{base}-{key}"
+
+
+def parse_request(data: bytes):
+    head, _, rest = data.partition(b"\n")
+    f = head.split()
+    if len(f) != 7 or f[0] != b"LEARN":
+        raise ValueError("bad request")
+    pid, dev, ino, size, mtime, argc = (int(x) for x in f[1:])
+    parts = rest.split(b"\0")
+    if len(parts) < argc + 1:
+        raise ValueError("truncated request")
+    return {"pid": pid, "dev": dev, "ino": ino, "size": size, "mtime_ns": mtime,
+            "exe": parts[0], "argv": parts[1:1 + argc]}
+
+
+class Recorder(threading.Thread):
+    """Records one running process (from its held exec) with the tracefs recorder."""
+
+    def __init__(self, learner, req, name, reply: socket.socket):
+        super().__init__(daemon=True, name=f"record-{req['pid']}")
+        self.learner, self.req, self.name, self.reply = learner, req, name, reply
+
+    def _answer(self):
+        if self.reply is not None:
+            try:
+                self.reply.send(b"r")
+            except OSError:
+                pass
+            self.reply.close()
+            self.reply = None
+
+    def run(self):
+        from ..launching import LaunchResult, devices_of_paths
+        from ..recorder import recorder as rec
+        from ..recorder.backend import choose_backend
+        from ..recorder.events import parse_lines, split_lines
+        from ..recorder.tracefs import Instance, remove_stale_instances, tracefs_root
+        req = self.req
+        pid = req["pid"]
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            self._answer()
+            return self.learner.done(self.name, None, "process gone before tracing")
+        started_at, start_ns = time.time(), time.monotonic_ns()
+        opts = rec.RecordOptions(cold="none", timeout=self.learner.cfg.learn_record_timeout_s)
+        try:
+            root, we_mounted = tracefs_root()
+            try:
+                remove_stale_instances(root)
+                watch = devices_of_paths([req["exe"]])
+                with backend_and_tasks(choose_backend, Instance, root, watch, pid, opts) as (backend, tasks):
+                    self._answer()  # tracing runs: the daemon may release the exec
+                    ready = selectors.DefaultSelector()
+                    ready.register(pidfd, selectors.EVENT_READ)
+                    deadline = time.monotonic() + opts.timeout
+                    exited = False
+                    while not exited and not self.learner.stopping.is_set() and time.monotonic() < deadline:
+                        exited = bool(ready.select(timeout=0.25))
+                    end_ns = time.monotonic_ns()
+                    backend.stop()
+                    tasks.stop()
+                    lost = backend.lost_events() + tasks.lost_events()
+                    raw = backend.requests()
+                    events = parse_lines(split_lines(tasks.chunks))
+            finally:
+                if we_mounted:
+                    os.system("umount /sys/kernel/tracing")
+            if not exited:
+                return self.learner.done(self.name, None, "not stored: the launch had not ended "
+                                         "(learner stopping, or learn_record_timeout_s reached)")
+            result = LaunchResult(pid=pid, start_ns=start_ns, end_ns=end_ns,
+                                  end_reason="exit" if exited else "timeout", exit_status=None,
+                                  devices=watch)
+            conn = open_db(self.learner.db_path)
+            try:
+                argv = [os.fsdecode(a) for a in req["argv"]]
+                rid = rec._store(conn, self.name, argv, req["exe"], opts, result, raw, events, lost,
+                                 backend.name, "none (learned from a real launch)", started_at)
+            finally:
+                conn.close()
+            self.learner.done(self.name, rid, None)
+        except Exception as e:  # a failed recording must not take the learner down
+            self._answer()
+            self.learner.done(self.name, None, f"{type(e).__name__}: {e}")
+        finally:
+            os.close(pidfd)
+
+
+class backend_and_tasks:
+    """Block backend + task-event instance seeded with the traced pid (event-fork adds children)."""
+
+    def __init__(self, choose_backend, Instance, root, watch, pid, opts):
+        from ..recorder.recorder import TASK_EVENTS
+        self.backend = choose_backend(opts.backend, watch, root, _log)
+        self.tasks = Instance(root, "task", TASK_EVENTS, buffer_kb=opts.buffer_kb,
+                              options=("record-tgid", "event-fork"), event_pids=[pid])
+
+    def __enter__(self):
+        b = self.backend.__enter__()
+        try:
+            t = self.tasks.__enter__()
+            t.start()
+            b.start()
+        except BaseException:
+            self.backend.__exit__(None, None, None)
+            raise
+        return b, t
+
+    def __exit__(self, *exc):
+        try:
+            self.tasks.__exit__(*exc)
+        finally:
+            self.backend.__exit__(*exc)
+
+
+class Idle:
+    """CPU busy fraction and disk KiB/s over the last sample period (from /proc)."""
+
+    def __init__(self):
+        self.prev = self._sample()
+
+    @staticmethod
+    def _sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + v[4]
+        io = 0
+        with open("/proc/diskstats") as f:
+            for line in f:
+                p = line.split()
+                if len(p) > 9 and not p[2].startswith(("loop", "ram", "dm-")):
+                    io += int(p[5]) + int(p[9])
+        return time.monotonic(), sum(v), idle, io
+
+    def poll(self):
+        cur = self._sample()
+        t0, tot0, idle0, io0 = self.prev
+        self.prev = cur
+        dt = max(cur[0] - t0, 1e-3)
+        busy = 1.0 - (cur[2] - idle0) / max(cur[1] - tot0, 1)
+        return busy, (cur[3] - io0) * 512 / 1024 / dt
+
+
+class _Conn:
+    def __init__(self, path):
+        self.conn = open_db(path)
+
+    def __enter__(self):
+        return self.conn
+
+    def __exit__(self, *exc):
+        self.conn.close()
+
+
+class Learner:
+    def __init__(self, db_path: str, paths: HookPaths, cfg: HookConfig):
+        self.db_path, self.paths, self.cfg = db_path, paths, cfg
+        self.lock = threading.Lock()
+        self.recording: Optional[str] = None
+        self.pending: deque = deque()          # (app name, queued at)
+        self.waiting: list = []                # hooked launch records whose app still runs
+        self.stopping = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+
+    # ---- learning requests
+    def done(self, name, recording_id, error):
+        with self.lock:
+            self.recording = None
+            if error:
+                _log(f"recording of {name} failed: {error}")
+            else:
+                _log(f"recorded {name} (recording {recording_id}); analysis waits for an idle machine")
+                self.pending.append((name, time.monotonic()))
+            self._event({"event": "learned", "app": name, "recording_id": recording_id, "error": error})
+
+    def _event(self, rec):
+        with open(self.paths.learner_events, "a") as f:
+            f.write(json.dumps({"t": time.time(), **rec}) + "\n")
+
+    def decide(self, req) -> Optional[str]:
+        """The app name to record, or None to decline."""
+        if self.cfg.learn != "auto" or self.recording is not None:
+            return None
+        exe, argv = req["exe"], req["argv"]
+        if os.path.basename(exe) in (b"env", b"chroot") or not argv:
+            return None
+        name = app_name_for(exe, argv)
+        if any(n == name for n, _ in self.pending):
+            return None
+        with self.db() as conn:
+            rows = conn.execute("SELECT s.stale FROM apps a LEFT JOIN schedules s ON s.app_id = a.id "
+                                "WHERE a.name = ? ORDER BY s.id DESC LIMIT 1", (name,)).fetchall()
+        if rows and not rows[0]["stale"]:
+            return None  # recorded and waiting for analysis, or hooked already
+        return name
+
+    def db(self):
+        """A short-lived connection: a long-lived one kept an unfinished SELECT's read open, and
+        SQLite then holds back the autocommit of later writes (readers did not see them)."""
+        return _Conn(self.db_path)
+
+    def handle(self, sock: socket.socket):
+        sock.settimeout(0.2)
+        data = b""
+        try:
+            while len(data) < MAX_REQUEST:
+                chunk = sock.recv(MAX_REQUEST)
+                if not chunk:
+                    break
+                data += chunk
+                if data.count(b"\0") >= 1 + int(data.split(b"\n", 1)[0].split()[-1] or 0):
+                    break
+            req = parse_request(data)
+        except (OSError, ValueError, IndexError):
+            sock.close()
+            return
+        with self.lock:
+            name = self.decide(req)
+            if name is None:
+                sock.close()
+                return
+            self.recording = name
+        _log(f"learning {name}: pid {req['pid']} {os.fsdecode(req['exe'])}")
+        self.thread = Recorder(self, req, name, sock)
+        self.thread.start()
+
+    # ---- idle analysis
+    def analyze_when_idle(self, idle: Idle):
+        if not self.pending or self.recording is not None:
+            return
+        busy, kbps = idle.poll()
+        name, queued = self.pending[0]
+        overdue = time.monotonic() - queued > self.cfg.learn_idle_max_s
+        if not overdue and (busy > self.cfg.learn_idle_cpu or kbps > self.cfg.learn_idle_io_kbps):
+            return
+        self.pending.popleft()
+        from ..analyzer.analyze import Options, analyze
+        from .manage import refresh
+        try:
+            with self.db() as conn:
+                r = analyze(conn, name, Options(probe="auto"))
+                refresh(conn, self.paths)
+            _log(f"analyzed {name}: schedule {r['schedule_id']} (cpu busy {busy:.0%}, {kbps:.0f} KiB/s"
+                 f"{', waited the maximum' if overdue else ''}); hook index refreshed")
+            self._event({"event": "analyzed", "app": name, "schedule_id": r["schedule_id"],
+                         "cpu_busy": busy, "io_kbps": kbps, "overdue": overdue})
+        except (WarmstartError, OSError) as e:
+            _log(f"analysis of {name} failed: {e}")
+            self._event({"event": "analyzed", "app": name, "error": str(e)})
+
+    # ---- accuracy feedback
+    def collect_launches(self):
+        try:
+            offset = int(self.paths.feedback_offset.read_text())
+        except (OSError, ValueError):
+            offset = 0
+        try:
+            with open(self.paths.events, "rb") as f:
+                f.seek(0, 2)
+                if f.tell() < offset:
+                    offset = 0
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("event") == "launch" and r.get("stats"):
+                self.waiting.append((r, time.monotonic()))
+        if end:
+            self.paths.feedback_offset.write_text(str(offset + end))
+
+    def judge_finished(self):
+        relearn = False
+        keep = []
+        for r, seen in self.waiting:
+            alive = os.path.exists(f"/proc/{r['pid']}")
+            stats_file = r["stats"]
+            if (alive or not os.path.exists(stats_file)) and time.monotonic() - seen < self.cfg.learn_record_timeout_s:
+                keep.append((r, seen))
+                continue
+            try:
+                stats = json.loads(open(stats_file).read())
+            except (OSError, ValueError):
+                stats = None
+            # when the learner saw the exit (polled every 0.25 s): approximate, marked as such
+            launch_s = time.monotonic() - r["t_exec"] if r.get("t_exec") else None
+            try:
+                with self.db() as conn:
+                    lid, v = feedback.judge(conn, r, stats, launch_s, self.cfg.accuracy_threshold)
+            except Exception as e:  # a schedule deleted meanwhile, a locked DB: skip this launch
+                _log(f"feedback for launch of schedule {r.get('schedule_id')} skipped: {e}")
+                continue
+            finally:
+                try:
+                    os.unlink(stats_file)
+                except OSError:
+                    pass
+            hit = "n/a" if v["hit_ratio"] is None else f"{v['hit_ratio']:.0%}"
+            _log(f"hooked launch of schedule {r['schedule_id']}: launches row {lid}, hit ratio {hit}, "
+                 f"missed {v['missed_bytes']} B" + (f"; re-learn: {v['reason']}" if v["relearn"] else ""))
+            relearn |= v["relearn"]
+        self.waiting = keep
+        if relearn:
+            from .manage import refresh
+            with self.db() as conn:
+                refresh(conn, self.paths)
+
+    # ---- main loop
+    def serve(self, stop: threading.Event):
+        path = str(self.paths.learner_sock)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o077)
+        try:
+            srv.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        srv.listen(16)
+        srv.setblocking(False)
+        sel = selectors.DefaultSelector()
+        sel.register(srv, selectors.EVENT_READ)
+        idle = Idle()
+        last_idle = time.monotonic()
+        _log(f"listening on {path} (learn = {self.cfg.learn}, database {self.db_path})")
+        try:
+            while not stop.is_set():
+                for _key, _ in sel.select(timeout=0.25):
+                    try:
+                        conn, _addr = srv.accept()
+                    except BlockingIOError:
+                        continue
+                    self.handle(conn)
+                self.collect_launches()
+                self.judge_finished()
+                if time.monotonic() - last_idle >= self.cfg.learn_idle_sample_s:
+                    last_idle = time.monotonic()
+                    self.analyze_when_idle(idle)
+        finally:
+            self.stopping.set()  # a recording in progress ends now (stored as a timeout: refused below)
+            if self.thread is not None:
+                self.thread.join(10)
+            sel.close()
+            srv.close()
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
