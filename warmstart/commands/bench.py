@@ -30,17 +30,20 @@ def _split(value):
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds one launch may take.")
 @click.option("--no-timeline", is_flag=True, help="Do not sample repetition 1 for the timeline figure.")
 @click.option("--markdown", type=click.Path(dir_okay=False),
-              default=str(REPO_ROOT / "docs" / "benchmarks.md"), show_default=True,
-              help="Where to write the markdown table.")
+              help="Where to write the markdown table [default: docs/benchmarks.md; with --unknown "
+                   "docs/benchmarks-unknown.md].")
 @click.option("--relocate", is_flag=True,
               help="After the matrix, relocate every app in one `relocate` call on the emulated disk, "
                    "then measure reorder and segmented again (issue 9's targets; docs/relocation.md).")
 @click.option("--relocate-one", metavar="APP",
               help="Before that (or alone), relocate APP only and measure the other apps' segmented launches.")
+@click.option("--unknown", is_flag=True,
+              help="Instead of the matrix: launch every app as never seen (no recording or schedule), "
+                   "cold and with the fallback mechanisms spec, online, both (issue 7; docs/speculation.md).")
 @json_option
 @click.pass_obj
 def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, markdown, relocate,
-          relocate_one, as_json):
+          relocate_one, unknown, as_json):
     """Measure cold, interleave, reorder, segmented (paper and ours) and warm launches.
 
     Brings up the disk, records and analyzes each app once, then runs every mode REPS times,
@@ -54,12 +57,17 @@ def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, m
       warmstart bench --disk ssd --apps python,gcc --modes cold,reorder,segmented,warm
       warmstart bench --disk real --app ls='ls -l /usr/bin' --json > bench.json
       warmstart bench --disk hdd7200 --modes cold,reorder,segmented --relocate --relocate-one python
+      warmstart bench --disk hdd7200 --unknown --reps 5
     """
+    if unknown and (relocate or relocate_one):
+        raise click.UsageError("--unknown measures apps never recorded: it cannot be combined with --relocate")
+    if markdown is None:
+        markdown = str(REPO_ROOT / "docs" / ("benchmarks-unknown.md" if unknown else "benchmarks.md"))
     cfg = BenchConfig(disk=disk, apps=appcat.select(_split(app_names), extra_apps), reps=reps,
                       modes=_split(modes), timeout=timeout, timeline=not no_timeline, markdown=None,
-                      relocate=relocate, relocate_one=relocate_one)
+                      relocate=relocate, relocate_one=relocate_one, unknown=unknown)
     conn = ctx.db
-    steps = len(cfg.apps) * (1 + reps * len(cfg.modes))
+    steps = len(cfg.apps) * (1 + reps * (4 if unknown else len(cfg.modes)))
     steps += reps * (len(cfg.apps) * 2 * relocate + (len(cfg.apps) - 1) * bool(relocate_one))
     say = (lambda msg: click.echo(msg, err=True))
     with click.progressbar(length=steps, label="bench", file=click.get_text_stream("stderr"),

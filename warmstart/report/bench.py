@@ -49,6 +49,7 @@ class BenchConfig:
     markdown: Optional[Path] = None
     relocate: bool = False         # then relocate every app and measure again (relocation.py)
     relocate_one: Optional[str] = None   # first relocate this app alone and measure the others
+    unknown: bool = False          # instead of the matrix: never-seen launches (unknown.py, issue 7)
 
 
 class DiskUnderTest:
@@ -227,6 +228,11 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
             catalogue.update({n: builtin[n] for n, a in catalogue.items() if a.builtin})
         apps = list(catalogue.values())
         appcat.install_files(apps, dut.files_dir)
+        if cfg.unknown:
+            from . import unknown
+            doc["modes"] = [unknown.mode_of(m) for m in unknown.MECHS]
+            doc["unknown"] = unknown.run_unknown(conn, cfg, dut, doc, bench_id, apps, until, make_cold, tick, say)
+            apps = []  # never seen: no recording, schedule or matrix
         prepared = {}
         for app in apps:
             name = f"{app.name}-{cfg.disk}"
@@ -275,7 +281,10 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
             doc["relocation"] = relocation.run_relocation(conn, db_path, cfg, dut, doc, bench_id, prepared,
                                                           until, _measure, tick, say)
     doc["finished_at"] = time.time()
-    doc["results"] = results(conn, bench_id, doc)
+    doc["results"] = {} if cfg.unknown else results(conn, bench_id, doc)
+    if cfg.unknown:
+        from . import unknown
+        doc["unknown"]["results"] = unknown.results(conn, bench_id)
     if "relocation" in doc:
         doc["relocation"]["results"] = relocation.results(conn, bench_id, doc)
     if cfg.markdown:
