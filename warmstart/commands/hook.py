@@ -122,6 +122,7 @@ def learner(obj):
     Example:
       sudo warmstart hook learner      # normally started by `warmstart hook install`
     """
+    import os
     import signal
     import threading
     from ..hook.config import load_config
@@ -129,7 +130,10 @@ def learner(obj):
     from ..hook.learner import Learner
     paths = hook_paths()
     cfg = load_config(paths.config if paths.config.exists() else None)
-    db_file = obj.db.execute("PRAGMA database_list").fetchone()["file"]
+    # the path only: a connection kept open here would lose its locks whenever the learner opens
+    # another one (see learner._DB_LOCK)
+    from ..paths import default_db_path
+    db_file = os.path.abspath(obj.db_path) if obj.db_path else str(default_db_path())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -122,13 +122,10 @@ class Recorder(threading.Thread):
             result = LaunchResult(pid=pid, start_ns=start_ns, end_ns=end_ns,
                                   end_reason="exit" if exited else "timeout", exit_status=None,
                                   devices=watch)
-            conn = open_db(self.learner.db_path)
-            try:
+            with self.learner.db() as conn:
                 argv = [os.fsdecode(a) for a in req["argv"]]
                 rid = rec._store(conn, self.name, argv, req["exe"], opts, result, raw, events, lost,
                                  backend.name, "none (learned from a real launch)", started_at)
-            finally:
-                conn.close()
             self.learner.done(self.name, rid, None)
         except Exception as e:  # a failed recording must not take the learner down
             self._answer()
@@ -192,15 +189,32 @@ class Idle:
         return busy, (cur[3] - io0) * 512 / 1024 / dt
 
 
+# One database connection at a time in this process. open_db() reads the file's header through
+# a plain open()/close(), and closing any fd of a file drops every POSIX lock the process holds on
+# it: a second connection open at that moment loses its WAL shared lock, and another process that
+# then closes its last connection believes it is the last one and deletes the WAL under us (seen:
+# a feedback row lost and SQLITE_IOERR_SHORT_READ after a lock holder exited).
+_DB_LOCK = threading.Lock()
+
+
 class _Conn:
     def __init__(self, path):
-        self.conn = open_db(path)
+        self.path = path
 
     def __enter__(self):
+        _DB_LOCK.acquire()
+        try:
+            self.conn = open_db(self.path)
+        except BaseException:
+            _DB_LOCK.release()
+            raise
         return self.conn
 
     def __exit__(self, *exc):
-        self.conn.close()
+        try:
+            self.conn.close()
+        finally:
+            _DB_LOCK.release()
 
 
 class Learner:
