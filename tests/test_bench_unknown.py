@@ -63,4 +63,4 @@ def test_bench_unknown_one_rep(tmp_path):
     assert len(res["targets"]) == 2 and all(t["measured"] is not None for t in res["targets"])
     text = md.read_text()
     assert "## Apps never recorded" in text and "Mechanism chosen once" in text
-    assert markdown.render(doc, doc["command"]) == text
+    assert markdown.section(doc, doc["command"]) in text

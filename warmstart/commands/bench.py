@@ -30,8 +30,8 @@ def _split(value):
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds one launch may take.")
 @click.option("--no-timeline", is_flag=True, help="Do not sample repetition 1 for the timeline figure.")
 @click.option("--markdown", type=click.Path(dir_okay=False),
-              help="Where to write the markdown table [default: docs/benchmarks.md; with --unknown "
-                   "docs/benchmarks-unknown.md].")
+              help="Markdown file to update: this run's tables replace the section of the same kind "
+                   "of run and disk [default: docs/benchmarks.md].")
 @click.option("--relocate", is_flag=True,
               help="After the matrix, relocate every app in one `relocate` call on the emulated disk, "
                    "then measure reorder and segmented again (issue 9's targets; docs/relocation.md).")
@@ -62,7 +62,7 @@ def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, m
     if unknown and (relocate or relocate_one):
         raise click.UsageError("--unknown measures apps never recorded: it cannot be combined with --relocate")
     if markdown is None:
-        markdown = str(REPO_ROOT / "docs" / ("benchmarks-unknown.md" if unknown else "benchmarks.md"))
+        markdown = str(REPO_ROOT / "docs" / "benchmarks.md")
     cfg = BenchConfig(disk=disk, apps=appcat.select(_split(app_names), extra_apps), reps=reps,
                       modes=_split(modes), timeout=timeout, timeline=not no_timeline, markdown=None,
                       relocate=relocate, relocate_one=relocate_one, unknown=unknown)
