@@ -11,6 +11,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -197,3 +198,92 @@ def test_learn_auto_prefetches_the_second_plain_launch(hookenv, capsys):
     with capsys.disabled():
         print(f"learn: first plain launch {t1:.3f} s (recorded), second {t2:.3f} s; hooked: {hooked}")
     assert hooked and hooked[-1]["outcome"] == "ready"
+
+
+CONCURRENT = {  # name -> (argv inside the image, check of a plain run's result)
+    "hk-c-py": ["python3", "-c", "import json, decimal, sqlite3, argparse, tarfile, email.mime.multipart, "
+                "http.client, xml.dom.minidom; print(json.dumps({'x': str(decimal.Decimal(1) / 7)}))"],
+    "hk-c-node": ["node", "-e", "const os = require('os'), path = require('path'); "
+                  "console.log(os.platform(), path.join('a', 'b'), [1, 2, 3].map(x => x * 2).join(','))"],
+    "hk-c-gcc": ["gcc", "-O2", "-c", "/tmp/ws-hook-conc.c", "-o", "/tmp/ws-hook-conc.o"],
+}
+CONC_SOURCE = ("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+               "int f(const char *s) { char b[64]; snprintf(b, sizeof b, \"%s!\", s); return (int)strlen(b); }\n"
+               "int main(int c, char **v) { return f(c > 1 ? v[1] : \"x\") + atoi(\"0\"); }\n")
+
+
+def test_several_recorded_apps_launched_at_once(hookenv, capsys):
+    """python3, node and gcc recorded and analyzed, then launched together (plain, caches dropped):
+    each must give the same exit status and output as alone, with and without the hook; the
+    total wall time of the three (first start -> last exit) is printed for both."""
+    h = hookenv
+    src = Path(h.disk.mountpoint) / "tmp/ws-hook-conc.c"
+    src.write_text(CONC_SOURCE)
+    obj = src.with_suffix(".o")
+
+    def argv(name):
+        return h.disk.chroot_argv(CONCURRENT[name])
+
+    def result(p):
+        out = p.stdout
+        if "gcc" in " ".join(p.args):
+            out = obj.read_bytes()[:4] if obj.exists() else b"no object"
+        return p.returncode, out, p.stderr
+
+    expected = {}
+    for name in CONCURRENT:
+        obj.unlink(missing_ok=True)
+        expected[name] = result(subprocess.run(argv(name), capture_output=True, timeout=120))
+        assert expected[name][0] == 0, (name, expected[name])
+    assert expected["hk-c-gcc"][1] == b"\x7fELF"
+    for name in CONCURRENT:
+        h.disk.drop_caches()
+        h.ws("record", "--name", name, "--", *argv(name))
+        h.wsj("analyze", name)
+
+    def together():
+        obj.unlink(missing_ok=True)
+        h.disk.drop_caches()
+        t0 = time.monotonic()
+        procs = {n: subprocess.Popen(argv(n), stdout=subprocess.PIPE, stderr=subprocess.PIPE) for n in CONCURRENT}
+        each = {}
+
+        def reap(n, p):
+            out, err = p.communicate(timeout=300)
+            each[n] = time.monotonic() - t0
+            p.stdout, p.stderr = out, err
+        threads = [threading.Thread(target=reap, args=item) for item in procs.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        total = time.monotonic() - t0
+        for n, p in procs.items():
+            assert result(p) == expected[n], (n, result(p), expected[n])
+        return total, each
+
+    times = {"plain": [], "hook": []}
+    outcomes = []
+    for rep in range(REPS):
+        h.daemon(False) if rep else None
+        times["plain"].append(together())
+        h.daemon(True)
+        n_before = len([e for e in h.events() if e.get("event") == "launch"])
+        times["hook"].append(together())
+        hooked = [e for e in h.events() if e.get("event") == "launch"][n_before:]
+        assert len(hooked) == 3 and all(e["outcome"] in ("ready", "deadline") for e in hooked), hooked
+        outcomes.extend((e["outcome"], e["held_ms"]) for e in hooked)
+        for e in hooked:
+            assert e["held_ms"] <= 1000 + 60, e
+        wait_for_hook_rows(h, 3 * (rep + 1))
+    med = {k: statistics.median(t for t, _ in v) for k, v in times.items()}
+    with capsys.disabled():
+        print(f"\nthree apps at once (python3, node, gcc; caches dropped; medians of {REPS}, interleaved): "
+              f"total without hook {med['plain']:.3f} s {['%.3f' % t for t, _ in times['plain']]}, "
+              f"with hook {med['hook']:.3f} s {['%.3f' % t for t, _ in times['hook']]} "
+              f"({med['hook'] / med['plain'] - 1:+.1%})")
+        for k, v in times.items():
+            print(f"  {k} per app (s from the common start):",
+                  {n: round(statistics.median(e[n] for _, e in v), 3) for n in CONCURRENT})
+        print("  hooked (outcome, held ms):", outcomes)
+    assert med["hook"] < med["plain"] * 1.10, med
