@@ -9,21 +9,6 @@ from ..errors import WarmstartError
 from ..paths import default_db_path
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def _check_existing_file(path: Path) -> None:
-    """Refuse, without touching it, a file that is not an SQLite database."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
-    except OSError as e:
-        raise WarmstartError(f"cannot read database {path}: {e.strerror}; check its permissions or pass --db PATH")
-    if head and head != SQLITE_MAGIC:
-        raise WarmstartError(f"{path} is not an SQLite database (corrupt or another program's file); "
-                             f"it was left untouched: move it away or pass --db PATH")
-
-
 def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
     """Refuse another program's database and a schema newer than ours; an empty file is fine."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -73,13 +58,15 @@ def open_db(path: Optional[Union[str, os.PathLike]] = None) -> sqlite3.Connectio
     Returns a connection with foreign keys on, WAL journaling and sqlite3.Row rows.
     """
     path = Path(path) if path else default_db_path()
-    if path.exists():
-        _check_existing_file(path)
-    else:
+    if path.exists() and not os.access(path, os.R_OK):
+        raise WarmstartError(f"cannot read database {path}: permission denied; check its permissions "
+                             f"or pass --db PATH")
+    if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise WarmstartError(f"cannot create {path.parent}: {e.strerror}; pass --db PATH to a writable place")
+    conn = None
     try:
         conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
         conn.row_factory = sqlite3.Row
@@ -90,9 +77,16 @@ def open_db(path: Optional[Union[str, os.PathLike]] = None) -> sqlite3.Connectio
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         _migrate(conn, path)
-    except sqlite3.DatabaseError as e:
-        raise WarmstartError(f"cannot use database {path}: {e}; it was left untouched: "
-                             f"move it away or pass --db PATH")
+    except BaseException as e:
+        if conn is not None:
+            conn.close()
+        if not isinstance(e, sqlite3.DatabaseError):
+            raise
+        # SQLite itself recognises foreign files: reading the header with open()/close() here
+        # would drop this process's POSIX locks on the database held by other connections.
+        what = ("is not an SQLite database (corrupt or another program's file)"
+                if "not a database" in str(e) else f"cannot be used: {e}")
+        raise WarmstartError(f"{path} {what}; it was left untouched: move it away or pass --db PATH")
     return conn
 
 
