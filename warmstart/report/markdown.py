@@ -184,7 +184,8 @@ def unknown_section(u: dict) -> list:
             lines.append(f"| {name} | {m} | {_pct(a['accuracy'].get(m))} | {_pct(a['waste'].get(m))} | "
                          f"{part('preresolve')} | {part('speculation')} | {part('online')} | {kills or '–'} |")
     lines += ["", "| mechanism | median ratio over apps | largest ratio |", "|---|---:|---:|"]
-    for mech, v in res["per_mechanism"].items():
+    for mech in [m for m in u["mechanisms"] if m in res["per_mechanism"]]:  # JSON may sort the keys
+        v = res["per_mechanism"][mech]
         lines.append(f"| {mech} | {_x(v['median_ratio'])} | {_x(v['worst_ratio'])} |")
     lines += ["", f"Mechanism chosen once for all apps: **{res['chosen'] or '–'}** "
               f"({res.get('chosen_because') or 'nothing measured'}).", "", "| criterion | measured | met |",
