@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from warmstart.speculate.online import (SLOW_START_PAGES, OnlinePrefetcher, classify,
+from warmstart.speculate.online import (JUDGE_MIN_PAGES, SLOW_START_PAGES, OnlinePrefetcher, classify,
                                         competitive_depth_pages, merge_runs)
 from warmstart.speculate.preresolve import launch_files, resolve_in_root
 from warmstart.speculate.sandbox import split_chroot
@@ -49,7 +49,9 @@ def test_online_prefetcher_slow_start_then_competitive_depth(tmp_path):
     fd = os.open(f, os.O_RDONLY)
     try:
         p = OnlinePrefetcher(lambda key: fd, c_switch_s=0.0127, r_tr_bps=130e6)
-        depths, pos = [], 0
+        p.step([ev(i * 4, 4) for i in range(4)])  # one linear interval: kernel readahead, not yet ours
+        assert p.issued_pages == 0 and not p.streams
+        depths, pos = [], 16
         for _ in range(8):
             p.step([ev(pos + i * 4, 4) for i in range(4)])  # 16 sequential pages per interval
             pos += 16
@@ -73,6 +75,7 @@ def test_feedback_raises_aggressiveness_on_linear_misses(tmp_path):
     try:
         p = OnlinePrefetcher(lambda key: fd)
         p.step([ev(0, 4), ev(4, 4), ev(8, 4)])
+        p.step([ev(12, 4), ev(16, 4), ev(20, 4)])
         window = sorted(p.prefetched[(7, 42)])
         p.step([ev(window[0], 4), ev(window[0] + 4, 4)])  # misses inside what we prefetched
         assert p.S > 1.0 and p.history
@@ -116,3 +119,45 @@ def test_preresolution_matches_the_dynamic_loader(prog):
     want = {os.path.realpath(l.split(b"=>")[1].split()[0]) for l in out.splitlines() if b"=> /" in l}
     got = {os.path.realpath(p) for p in launch_files([os.fsencode(prog)], b"/", {b"PATH": os.fsencode(os.path.dirname(exe))})}
     assert want and want <= got, (want - got)
+
+
+def test_cost_benefit_switches_prefetching_off_when_unused(tmp_path):
+    f = tmp_path / "data"
+    f.write_bytes(b"x" * (8 << 20))
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        p = OnlinePrefetcher(lambda key: fd)
+        # two short sequential bursts, then the launch goes elsewhere: the prefetch is never used
+        for start in (0, 500, 1000, 1500, 2000):
+            p.step([ev(start, 4), ev(start + 4, 4), ev(start + 8, 4)])
+        issued = p.issued_pages
+        assert issued >= JUDGE_MIN_PAGES and p.off_reason is None
+        for _ in range(5):
+            p.step([ev(3000 + 7 * _, 1, kind="read")])
+        assert p.off_reason is not None and p.judged_used == 0
+        p.step([ev(4000, 4), ev(4004, 4), ev(4008, 4)])   # a new stream: no longer prefetched
+        assert p.issued_pages == issued
+        # ... but prefetches the launch uses keep it on
+        q = OnlinePrefetcher(lambda key: fd)
+        q.step([ev(0, 4), ev(4, 4), ev(8, 4)])
+        q.step([ev(12, 4), ev(16, 4), ev(20, 4)])
+        ahead = sorted(q.prefetched[(7, 42)])
+        for i in range(5):
+            q.step([ev(ahead[0] + 4 * i, 4, kind="read")] if i == 0 else
+                   [ev(a, 1, kind="read") for a in ahead])
+        assert q.off_reason is None and q.judged_used == q.judged_pages > 0
+    finally:
+        os.close(fd)
+
+
+def test_mapped_files_are_left_to_the_kernel(tmp_path):
+    f = tmp_path / "data"
+    f.write_bytes(b"x" * (8 << 20))
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        p = OnlinePrefetcher(lambda key: fd)
+        for start in (0, 64, 128):   # fault read-around: linear-looking misses after each fault
+            p.step([ev(start + 8, 1, kind="fault"), ev(start, 16), ev(start + 16, 16)])
+        assert p.issued_pages == 0 and (7, 42) in p.mapped
+    finally:
+        os.close(fd)

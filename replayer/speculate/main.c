@@ -114,7 +114,7 @@ static void on_term(int sig)
 int main(int argc, char **argv)
 {
 	struct spec_opts o = {
-		.root = "/", .cwd = NULL, .copy_output = NULL, .ra_max = 16ULL << 20,
+		.root = "/", .cwd = NULL, .copy_output = NULL, .ra_max = 1ULL << 20,
 		.budget = 512ULL << 20, .data_max = 2ULL << 30, .tmpfs_mb = 64, .workers = 4,
 		.notify = 1, .io_idle = 0, .envp = environ,
 	};

@@ -27,8 +27,12 @@ from .tracer import PAGE, Tracer
 MECHANISMS = ("none", "spec", "online", "both")
 ONLINE_INTERVAL_S = 0.05
 MONITOR_EVERY_S = 0.02
-BEHIND_GRACE_S = 0.3          # the copy may trail this long before "falls behind" counts
-BEHIND_SLACK_BYTES = 1 << 20
+# Reactive cost/benefit (paper §6): the copy helps only while it is ahead of the launch; a copy
+# that trails it repeats the launch's work on the other core and its I/O for nothing (bench
+# --unknown: synth 1.05-1.15x slower with a trailing copy). Killed when, once it has started
+# reading, it has read less than the launch for this long.
+BEHIND_GRACE_S = 0.15
+BEHIND_SLACK_BYTES = 0
 HORIZON_BYTES = 64 << 20      # the copy is frozen when it has read this much more than the launch
 
 Key = Tuple[int, int]
@@ -132,8 +136,9 @@ def _pages(ranges: Dict[Key, Set[int]]) -> int:
     return sum(len(v) for v in ranges.values())
 
 
-def _preresolve_prefetch(argv, root, env, out: Dict[Key, Set[int]]) -> None:
-    """Readahead every library ld.so will map, in inode order (a proxy for disk order)."""
+def _preresolve_prefetch(argv, root, env, out: Dict[Key, Set[int]], ra_max: int) -> None:
+    """Readahead every library ld.so will map, in inode order (a proxy for disk order), each up
+    to ra_max bytes (the copy's per-file cap: a huge executable is mostly not touched)."""
     found = []
     for p in launch_files(argv, root, env):
         host = resolve_in_root(root, p)
@@ -149,6 +154,7 @@ def _preresolve_prefetch(argv, root, env, out: Dict[Key, Set[int]]) -> None:
             fd = os.open(host, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             continue
+        size = min(size, ra_max)
         try:
             for off in range(0, size, 128 << 10):
                 os.readahead(fd, off, 128 << 10) if hasattr(os, "readahead") else \
@@ -198,7 +204,7 @@ def run_fallback_launch(argv: Sequence, mechanism: str = "both", until="exit", t
         if use_spec:
             # Pre-resolution first: a few header reads, then the libraries are on their way
             # before the copy or the launch asks for them.
-            threading.Thread(target=_preresolve_prefetch, args=(cargv, root, cenv, pre), daemon=True).start()
+            threading.Thread(target=_preresolve_prefetch, args=(cargv, root, cenv, pre, limits.ra_max), daemon=True).start()
             copy = SpeculativeCopy(cargv, root=root, cwd=os.fsencode(cwd) if cwd and root == b"/" else None,
                                    env={k: v for k, v in cenv.items()}, limits=limits).start()
         if use_online:
@@ -233,11 +239,13 @@ def run_fallback_launch(argv: Sequence, mechanism: str = "both", until="exit", t
             if rss > limits.rss_max:
                 copy.kill("memory cap")
                 return
-            ahead = copy.progress_bytes() - tree_rchar(finder.app_pid)
-            if ahead < -BEHIND_SLACK_BYTES:
+            progress = copy.progress_bytes()
+            ahead = progress - tree_rchar(finder.app_pid)
+            # judged once the copy runs CMD (it has read something): its sandbox set-up is no race
+            if progress > 0 and ahead < -BEHIND_SLACK_BYTES:
                 mon["behind_since"] = mon["behind_since"] or now
                 if now - mon["behind_since"] > BEHIND_GRACE_S:
-                    copy.kill("fell behind")
+                    copy.kill("not ahead")
                     return
             else:
                 mon["behind_since"] = None
@@ -296,5 +304,7 @@ def run_fallback_launch(argv: Sequence, mechanism: str = "both", until="exit", t
     result.prefetched_used_pages = sum(len(p & used.get(k, set())) for k, p in union.items())
     if prefetcher is not None:
         result.online = {"S": prefetcher.S, "depth_max_pages": prefetcher.depth_max,
-                         "streams": len(prefetcher.streams), "adjustments": prefetcher.history[-10:]}
+                         "streams": len(prefetcher.streams), "adjustments": prefetcher.history[-10:],
+                         "off_reason": prefetcher.off_reason, "judged_pages": prefetcher.judged_pages,
+                         "judged_used_pages": prefetcher.judged_used}
     return result
