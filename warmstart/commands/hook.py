@@ -111,8 +111,9 @@ def refresh(obj, as_json):
 
 
 @hook.command()
+@json_option
 @click.pass_obj
-def learner(obj):
+def learner(obj, as_json):
     """Run the hook's learner in the foreground (`hook install` starts it in the background).
 
     Records unknown apps on their first launch (learn = "auto"), analyzes them when the machine
@@ -121,13 +122,15 @@ def learner(obj):
     \b
     Example:
       sudo warmstart hook learner      # normally started by `warmstart hook install`
+      sudo warmstart hook learner --json   # log one JSON object per line
     """
     import os
     import signal
     import threading
     from ..hook.config import load_config
     from ..hook.layout import hook_paths
-    from ..hook.learner import Learner
+    from ..hook import learner as learner_mod
+    learner_mod.JSON_LOG = as_json
     paths = hook_paths()
     cfg = load_config(paths.config if paths.config.exists() else None)
     # the path only: a connection kept open here would lose its locks whenever the learner opens
@@ -137,4 +140,4 @@ def learner(obj):
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    Learner(db_file, paths, cfg).serve(stop)
+    learner_mod.Learner(db_file, paths, cfg).serve(stop)

@@ -40,8 +40,14 @@ from .signature import needles
 MAX_REQUEST = 16384
 
 
+JSON_LOG = False   # `warmstart hook learner --json`: one JSON object per log line
+
+
 def _log(msg: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} warmstart-learner[{os.getpid()}]: {msg}", flush=True)
+    if JSON_LOG:
+        print(json.dumps({"time": time.time(), "pid": os.getpid(), "message": msg}), flush=True)
+    else:
+        print(f"{time.strftime('%H:%M:%S')} warmstart-learner[{os.getpid()}]: {msg}", flush=True)
 
 
 def app_name_for(exe: bytes, argv) -> str:
