@@ -57,7 +57,11 @@ def render(doc: dict, command: str = "") -> str:
         f"kernel {doc['kernel']}, {time.strftime('%Y-%m-%d %H:%M', time.localtime(doc['started_at']))}",
         f"- took {(doc.get('finished_at', doc['started_at']) - doc['started_at']) / 60:.1f} min; "
         "modes round-robin within each repetition; caches dropped before every mode but warm",
-        "- LB = max(warm, one LBA-sorted O_DIRECT pass over all the launch's blocks)",
+        "- LB = max(warm, one LBA-sorted O_DIRECT pass over all the launch's blocks)"
+        + ("; the pass is ESTIMATED from the device profile where the device refused O_DIRECT ("
+           + ", ".join(sorted(n for n, a in doc.get("apps", {}).items()
+                              if (a.get("sorted_pass") or {}).get("modelled"))) + ")"
+           if any((a.get("sorted_pass") or {}).get("modelled") for a in doc.get("apps", {}).values()) else ""),
         "",
         "## Median launch time (s)",
         "",
