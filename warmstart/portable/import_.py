@@ -18,6 +18,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..analyzer.fiemap import fiemap_fd, mappable
 from ..analyzer.filemap import disk_of
+from ..analyzer.probe import device_path, run as probe_run
+from ..analyzer.segment import Cost, optimise
 from ..db.connection import transaction
 from ..db.recordings import delete_app, get_app, upsert_app
 from ..db.schedules import Extent, Range, Schedule, ScheduledFile, Segment, save_schedule
@@ -45,6 +47,7 @@ class ImportResult:
     segments: int = 0
     t_exp_s: float = 0.0
     metadata_note: Optional[str] = None
+    resegmented: Optional[str] = None   # how the segmentation was redone here, or why not
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -176,6 +179,7 @@ def import_schedule(conn, data: bytes, *, name: Optional[str] = None,
     if not metadata:
         res.metadata_note = "metadata not derived (--no-metadata)"
 
+    segments, res.resegmented, t_model = _resegment(segments)
     files = [local[i][0] for i in sorted(local)]
     sched = Schedule(None, app_name, p.meta.get("algorithm", "imported"), "imported", 0.0,
                      sum(s.bytes for s in segments), 0, [], segments, files,
@@ -188,11 +192,67 @@ def import_schedule(conn, data: bytes, *, name: Optional[str] = None,
                                           "metadata_ranges": res.metadata_ranges,
                                           "metadata_note": res.metadata_note,
                                           "imported_at": time.time()}})
-    _remodel(sched)
+    if t_model is None:
+        _remodel(sched)
+    else:
+        sched.t_exp_s = t_model
+    sched.params["imported"]["resegmented"] = res.resegmented
     res.segments, res.t_exp_s = len(segments), sched.t_exp_s
     if save:
         res.schedule_id, res.created_app = _store(conn, sched, p, prefix_map, activate)
     return res
+
+
+def _fetch_order(ranges: List[Range]) -> List[Range]:
+    """The analyzer's order inside a segment: metadata sweep, then data sweep, each by LBA."""
+    meta = sorted({(r.dev, r.sector): r for r in ranges if r.file is None}.values(),
+                  key=lambda r: (r.dev, r.sector))
+    data = sorted((r for r in ranges if r.file is not None), key=lambda r: (r.dev, r.sector))
+    return meta + data
+
+
+class _LocalDiskCost(Cost):
+    """DISK_ACCESS of exported segments a..b merged, timed on this machine's disk (O_DIRECT)."""
+
+    def __init__(self, units: List[Segment]):
+        super().__init__()
+        self.units, self.failed = units, None
+
+    def measure(self, a: int, b: int) -> float:
+        if self.failed:
+            return 0.0
+        ranges = _fetch_order([r for u in self.units[a:b + 1] for r in u.ranges])
+        total = 0.0
+        for dev in sorted({r.dev for r in ranges}):
+            try:
+                # a positioning read first (not counted), as the analyzer's disk probes do
+                p = probe_run(device_path(dev), [(0, 4096)] + [(r.sector * 512, r.nr_sectors * 512)
+                                                              for r in ranges if r.dev == dev])
+            except WarmstartError as e:
+                self.failed = str(e).split(":")[0]
+                return 0.0
+            total += p.elapsed_s - p.request_s[0]
+        return total
+
+
+def _resegment(units: List[Segment]) -> Tuple[List[Segment], str, Optional[float]]:
+    """The exporter's segments fit the exporter's disk; here the files sit elsewhere, so the
+    segmentation is searched again with this disk timing it (the analyzer's optimiser over the
+    exported segments as units: neighbours can merge, none can split, P itself is not exported).
+    Returns (segments, what was done, modelled launch time or None)."""
+    if len(units) < 2:
+        return units, "not needed (one segment)", None
+    cost = _LocalDiskCost(units)
+    found = optimise([u.cpu_s for u in units], cost, time_budget_s=2.0)
+    if cost.failed:
+        return units, f"kept the exporter's segments: {cost.failed}", None
+    out = []
+    for k, (a, b) in enumerate(found.segments, start=1):
+        group = units[a:b + 1]
+        ranges = _fetch_order([r for u in group for r in u.ranges])
+        out.append(Segment(k, group[0].first_p, group[-1].last_p, cost(a, b), sum(u.cpu_s for u in group),
+                           sum(r.length for r in ranges), ranges))
+    return out, f"{len(units)} exported segments -> {len(out)} timed on this disk", found.t_model
 
 
 def _coalesce(runs) -> List[Range]:
