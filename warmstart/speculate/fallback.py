@@ -21,7 +21,7 @@ from .. import launching
 from ..errors import WarmstartError
 from .online import OnlinePrefetcher
 from .preresolve import launch_files, resolve_in_root
-from .sandbox import SandboxLimits, SpeculativeCopy, split_chroot, wait_gone
+from .sandbox import SandboxLimits, SpeculativeCopy, split_chroot, tree_pids, wait_gone
 from .tracer import PAGE, Tracer
 
 MECHANISMS = ("none", "spec", "online", "both")
@@ -67,20 +67,6 @@ class FallbackResult:
         d = {k: v for k, v in self.__dict__.items() if k != "output"}
         d.update(accuracy=self.accuracy, waste=self.waste, output_bytes=len(self.output))
         return d
-
-
-def tree_pids(root: int) -> List[int]:
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except OSError:
-            continue
-    return out
 
 
 def tree_rchar(root: int) -> int:

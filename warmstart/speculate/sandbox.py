@@ -22,6 +22,21 @@ from ..paths import helper_binary
 HELPER = "ws-spec-run"
 
 
+def tree_pids(root: int) -> List[int]:
+    """root and all its descendants, from /proc/PID/task/TID/children (gone ones skipped)."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
 @dataclass(frozen=True)
 class PrefetchedFile:
     dev: int            # st_dev as the copy's supervisor saw it
@@ -138,19 +153,7 @@ class SpeculativeCopy:
 
     def pids(self) -> List[int]:
         """Host pids of every process of the copy (its namespace's init and descendants)."""
-        if self.init_pid is None:
-            return []
-        out, todo = [], [self.init_pid]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            try:
-                for tid in os.listdir(f"/proc/{pid}/task"):
-                    with open(f"/proc/{pid}/task/{tid}/children") as f:
-                        todo.extend(int(c) for c in f.read().split())
-            except OSError:
-                continue
-        return out
+        return [] if self.init_pid is None else tree_pids(self.init_pid)
 
     def _sum_proc(self, fname: str, key: str, scale: int = 1) -> int:
         total = 0
