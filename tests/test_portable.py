@@ -6,14 +6,12 @@ files that differ. The live test exports from one emulated 7200 rpm disk and imp
 one holding the same files written in another order, then measures prefetched launches.
 """
 
-import hashlib
 import json
 import os
 import random
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

@@ -10,7 +10,6 @@
 import time
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 
 from .diskmodel import DiskProfile
 from .ordering import PieceTable

@@ -12,7 +12,7 @@ A device that cannot be opened O_DIRECT makes `disk`/`hybrid` fail with the fix 
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..db import profiles as profile_db
@@ -20,7 +20,6 @@ from ..db.schedules import Range, Schedule, Segment, save_schedule
 from ..errors import WarmstartError
 from . import inputs, probe
 from .access import DiskCost, ModelCost
-from .diskmodel import DiskProfile
 from .filemap import FileMap, Piece
 from .gapmerge import merge_gaps
 from .ordering import PieceTable

@@ -14,7 +14,7 @@ The model runs on numpy arrays because the optimising segmentation calls it thou
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 

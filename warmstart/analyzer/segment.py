@@ -20,7 +20,7 @@ fetch order (the pre-buffer first).
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 Seg = Tuple[int, int]
 

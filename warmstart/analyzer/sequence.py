@@ -16,7 +16,7 @@ recording attributes to a request is spread over its blocks and averaged over th
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 BLOCK_SECTORS = 8  # 4 KiB: the merge granularity, the page size
 
