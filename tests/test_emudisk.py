@@ -121,7 +121,11 @@ def test_cold_python_import_is_several_times_slower(emu_system):
         t = time.monotonic()
         subprocess.run(argv, check=True)
         warm.append(time.monotonic() - t)
-        assert emu_system.stats()["reads"] == 0, "a warm launch must not reach the disk"
+        # served from the page cache: at most a stray block (ext4 writing back the atimes the cold
+        # run updated can read one; seen once in CI), nothing like the cold launch's hundreds
+        warm_reads = emu_system.stats()["reads"]
+        assert warm_reads <= 2 and warm_reads * 50 <= cold_stats["reads"], \
+            f"a warm launch reached the disk: {warm_reads} reads (cold {cold_stats['reads']})"
     ratio = cold / min(warm)
     print(f"\ncold python3 import of 15 modules on the emulated HDD: {cold:.2f} s, warm {min(warm):.3f} s, "
           f"ratio {ratio:.1f}x; cold reached the disk with {cold_stats['reads']} reads, "
