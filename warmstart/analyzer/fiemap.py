@@ -26,13 +26,14 @@ _EXT = struct.Struct("=QQQQQIIII")      # fe_logical, fe_physical, fe_length, 2x
 BATCH = 256
 
 
-def fiemap_fd(fd: int) -> List[Extent]:
-    """All extents of the open file fd, in logical order. Raises OSError (e.g. EOPNOTSUPP)."""
+def fiemap_fd(fd: int, sync: bool = True) -> List[Extent]:
+    """All extents of the open file fd, in logical order. Raises OSError (e.g. EOPNOTSUPP).
+    sync flushes delayed allocation first, so freshly written data has real block numbers."""
     out: List[Extent] = []
     start = 0
     while True:
         buf = bytearray(_HEAD.size + BATCH * _EXT.size)
-        _HEAD.pack_into(buf, 0, start, 0xFFFFFFFFFFFFFFFF - start, FIEMAP_FLAG_SYNC, 0, BATCH, 0)
+        _HEAD.pack_into(buf, 0, start, 0xFFFFFFFFFFFFFFFF - start, FIEMAP_FLAG_SYNC if sync else 0, 0, BATCH, 0)
         fcntl.ioctl(fd, FS_IOC_FIEMAP, buf, True)
         mapped = _HEAD.unpack_from(buf, 0)[3]
         last = False

@@ -41,22 +41,24 @@ def _ns(sec: bytes, frac: bytes) -> int:
     return int(sec) * 1_000_000_000 + int(f)
 
 
+def parse_line(line: bytes) -> Optional[Event]:
+    """One trace_pipe line as an Event; None for headers, comments and lines we do not know."""
+    if not line or line.startswith(b"#"):
+        return None
+    m = _LINE.match(line.rstrip(b"\n"))
+    if not m:
+        return None
+    tgid = m.group("tgid")
+    return Event(ts_ns=_ns(m.group("sec"), m.group("frac")), cpu=int(m.group("cpu")),
+                 tid=int(m.group("pid")),
+                 tgid=int(tgid) if tgid and tgid.isdigit() else None,
+                 comm=m.group("comm").decode("utf-8", "replace"),
+                 name=m.group("event").decode(), body=m.group("body"))
+
+
 def parse_lines(lines: Iterable[bytes]) -> List[Event]:
     """Events from trace_pipe lines; headers, comments and lines we do not know are skipped."""
-    out = []
-    for line in lines:
-        if not line or line.startswith(b"#"):
-            continue
-        m = _LINE.match(line.rstrip(b"\n"))
-        if not m:
-            continue
-        tgid = m.group("tgid")
-        out.append(Event(ts_ns=_ns(m.group("sec"), m.group("frac")), cpu=int(m.group("cpu")),
-                         tid=int(m.group("pid")),
-                         tgid=int(tgid) if tgid and tgid.isdigit() else None,
-                         comm=m.group("comm").decode("utf-8", "replace"),
-                         name=m.group("event").decode(), body=m.group("body")))
-    return out
+    return [ev for ev in map(parse_line, lines) if ev is not None]
 
 
 def split_lines(chunks: Iterable[bytes]) -> List[bytes]:

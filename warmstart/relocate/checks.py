@@ -15,7 +15,8 @@ import struct
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..errors import WarmstartError
-from .extents import FIEMAP_EXTENT_DATA_INLINE, fiemap
+from ..analyzer.fiemap import FIEMAP_EXTENT_DATA_INLINE
+from .extents import fiemap
 from ..mountinfo import unescape
 
 FS_IOC_GETFLAGS = (2 << 30) | (8 << 16) | (ord("f") << 8) | 1   # _IOR('f', 1, long)

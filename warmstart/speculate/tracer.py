@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from ..errors import WarmstartError
+from ..recorder import events
 
 TRACEFS = "/sys/kernel/tracing"
 EVENTS = ("filemap/mm_filemap_add_to_page_cache", "filemap/mm_filemap_get_pages",
           "filemap/mm_filemap_fault", "filemap/mm_filemap_map_pages", "sched/sched_process_fork")
-LINE = re.compile(rb"^\s*.*?-(\d+)\s+\[\d+\]\s+\S+\s+([\d.]+): (\w+): (.*)$")
 DEV_INO = re.compile(rb"dev[ =](\d+):(\d+) ino[ =]([0-9a-f]+)")
 OFS_RANGE = re.compile(rb"ofs=(\d+)-(\d+)")
 OFS_ONE = re.compile(rb"ofs=(\d+)(?: order=(\d+))?")
@@ -37,16 +37,16 @@ class PageEvent:
     npages: int
 
 
-KINDS = {b"mm_filemap_add_to_page_cache": "miss", b"mm_filemap_get_pages": "read",
-         b"mm_filemap_fault": "fault", b"mm_filemap_map_pages": "map"}
+KINDS = {"mm_filemap_add_to_page_cache": "miss", "mm_filemap_get_pages": "read",
+         "mm_filemap_fault": "fault", "mm_filemap_map_pages": "map"}
 
 
 def parse_line(line: bytes, parents: Dict[int, int]) -> Optional[PageEvent]:
-    m = LINE.match(line)
-    if not m:
+    ev = events.parse_line(line)   # the recorder's trace_pipe line format, one parser for both
+    if ev is None:
         return None
-    pid, t, name, rest = int(m.group(1)), float(m.group(2)), m.group(3), m.group(4)
-    if name == b"sched_process_fork":
+    pid, t, name, rest = ev.tid, ev.ts_ns / 1e9, ev.name, ev.body
+    if name == "sched_process_fork":
         f = FORK.search(rest)
         if f:
             parents[int(f.group(2))] = int(f.group(1))
