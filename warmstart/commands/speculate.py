@@ -41,10 +41,8 @@ def fallback(mechanism, until_spec, cold, ra_max, budget, timeout, as_json, cmd)
     """
     until = parse_until(until_spec)
     if cold:
-        import os
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3")
+        from ..recorder.coldcache import drop_caches
+        drop_caches()
     limits = SandboxLimits(ra_max=ra_max, budget=budget)
     r = run_fallback_launch(list(cmd), mechanism, until, timeout, limits=limits, passthrough=not as_json)
     d = r.as_dict()

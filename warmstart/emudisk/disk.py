@@ -223,9 +223,8 @@ class EmuDisk:
     @staticmethod
     def drop_caches() -> None:
         """Write back dirty data, then drop the page cache, dentries and inodes (VM-wide)."""
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3")
+        from ..recorder.coldcache import drop_caches
+        drop_caches()
 
     def chroot_argv(self, argv: List[str], env: Optional[Dict[str, str]] = None) -> List[str]:
         """argv that runs `argv` chrooted in the image, with a clean environment plus `env`."""
