@@ -44,19 +44,20 @@ def test_line_parser_handles_odd_comms_and_no_tgid():
         ("my prog-x", 77, None, 1, 12_000_001_000), ("tool", 9, 9, 0, 3_500_000_000)]
 
 
-def _switch(t, cpu, prev, nxt):
-    return (f"  x-{prev} ({prev:>7}) [{cpu:03d}] d..2.  {t // 10**9}.{t % 10**9 // 1000:06d}: sched_switch: "
-            f"prev_comm=x prev_pid={prev} prev_prio=120 prev_state=S ==> next_comm=y next_pid={nxt} "
-            f"next_prio=120").encode()
+def _ran(t, cpu, tid, ms_ran):
+    """A sched_stat_runtime line: tid was charged ms_ran up to t (ns)."""
+    return (f"  x-{tid} ({tid:>7}) [{cpu:03d}] d..2.  {t // 10**9}.{t % 10**9 // 1000:06d}: sched_stat_runtime: "
+            f"comm=x pid={tid} runtime={ms_ran * 1_000_000} [ns]").encode()
 
 
 def test_cpu_time_of_a_multithreaded_tree_and_c_i():
     ms = 1_000_000
     fork = b"  p-100 (    100) [000] .....  0.000001: sched_process_fork: comm=p pid=100 child_comm=p child_pid=101"
+    odd = b"  p-100 (    100) [000] d..2.  0.099000: sched_stat_runtime: comm=pid=555 pid=555 runtime=5000 [ns]"
     lines = [fork,
-             _switch(10 * ms, 0, 0, 100), _switch(30 * ms, 0, 100, 0),        # root: 20 ms on cpu0
-             _switch(20 * ms, 1, 0, 101), _switch(40 * ms, 1, 101, 0),        # thread: 20 ms on cpu1
-             _switch(50 * ms, 1, 0, 555), _switch(60 * ms, 1, 555, 0)]        # not in the tree
+             _ran(14 * ms, 0, 100, 4), _ran(30 * ms, 0, 100, 16),          # root: 10..30 ms on cpu0
+             _ran(40 * ms, 1, 101, 20),                                     # thread: 20..40 ms on cpu1
+             _ran(60 * ms, 1, 555, 10), odd]                                # not in the tree
     events = sorted(parse_lines(lines), key=lambda e: e.ts_ns)
     tree = build_tree(events, root=100, start_ns=0, end_ns=100 * ms)
     assert tree.tids == {100, 101}

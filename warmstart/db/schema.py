@@ -55,7 +55,7 @@ CREATE TABLE recording_processes (
     exec_path     BLOB,
     start_ns      INTEGER,
     exit_ns       INTEGER,
-    oncpu_ns      INTEGER NOT NULL DEFAULT 0,   -- from sched_switch
+    oncpu_ns      INTEGER NOT NULL DEFAULT 0,   -- from sched_stat_runtime
     PRIMARY KEY (recording_id, pid)
 );
 

@@ -29,7 +29,7 @@ from .tasks import build_tree
 from .tracefs import Instance, remove_stale_instances, tracefs_root
 
 TASK_EVENTS = ("sched/sched_process_fork", "sched/sched_process_exec", "sched/sched_process_exit",
-               "sched/sched_switch", "filemap/mm_filemap_add_to_page_cache")
+               "sched/sched_stat_runtime", "filemap/mm_filemap_add_to_page_cache")
 
 
 @dataclass

@@ -1,8 +1,13 @@
-"""The launch's task tree and its on-CPU intervals, from sched_process_* and sched_switch events.
+"""The launch's task tree and its on-CPU intervals, from sched_process_* and sched_stat_runtime.
 
 The tree is CMD's first task plus every task forked by a task of the tree (threads included:
-sched_process_fork fires for clone(CLONE_THREAD) as well). On-CPU time comes from sched_switch:
-on each CPU a task runs from the switch that picked it to the switch that took it off.
+sched_process_fork fires for clone(CLONE_THREAD) as well). On-CPU time comes from
+sched_stat_runtime, which the scheduler emits every time it charges a running task (each tick,
+and when the task leaves the CPU) with the nanoseconds charged since the previous charge, so an
+event at t with runtime r means the task ran over [t - r, t]. sched_switch pairs would give the
+same intervals, but on this kernel (6.18) a task woken from a softirq on an idle CPU starts to
+run with no sched_switch at all (24-27 times in each of 12 traced synthetic launches), so switch
+pairs lost up to half of a launch's CPU time (docs/recording.md).
 """
 
 import re
@@ -12,8 +17,7 @@ from typing import Dict, List, Sequence, Set, Tuple
 from .events import Event, kv
 from .model import Process
 
-_PREV = re.compile(rb"prev_pid=(\d+)")
-_NEXT = re.compile(rb"next_pid=(\d+)")
+_RUNTIME = re.compile(rb"pid=(\d+) runtime=(\d+)")
 _EXEC = re.compile(rb"^filename=(.*) pid=(\d+) old_pid=(\d+)$", re.S)
 _EXIT = re.compile(rb"pid=(\d+) prio=\S+ group_dead=(\w+)")
 
@@ -69,22 +73,15 @@ def build_tree(events: Sequence[Event], root: int, start_ns: int, end_ns: int) -
                 proc.exit_ns = ev.ts_ns
         if proc is not None and ev.tid == proc.pid and ev.comm and not ev.comm.startswith("<"):
             proc.comm = ev.comm
-    # on-CPU intervals
-    running: Dict[int, Tuple[int, int]] = {}  # cpu -> (tid, since)
+    # on-CPU intervals: the last match in the body, as a comm may itself contain "pid="
     for ev in events:
-        if ev.name != "sched_switch":
+        if ev.name != "sched_stat_runtime":
             continue
-        pm, nm = _PREV.search(ev.body), _NEXT.search(ev.body)
-        if not pm or not nm:
-            continue
-        prev, nxt = int(pm.group(1)), int(nm.group(1))
-        cur = running.get(ev.cpu)
-        if cur is not None and cur[0] == prev and prev in tree.tids:
-            _add(tree, cur[1], ev.ts_ns, prev, start_ns, end_ns)
-        running[ev.cpu] = (nxt, ev.ts_ns)
-    for tid, since in running.values():
-        if tid in tree.tids:
-            _add(tree, since, end_ns, tid, start_ns, end_ns)  # still on CPU at the end
+        m = None
+        for m in _RUNTIME.finditer(ev.body):
+            pass
+        if m and int(m.group(1)) in tree.tids:
+            _add(tree, ev.ts_ns - int(m.group(2)), ev.ts_ns, int(m.group(1)), start_ns, end_ns)
     tree.intervals.sort()
     for s, e, tid in tree.intervals:
         proc = tree.processes.get(tree.tgid(tid))
