@@ -18,6 +18,8 @@
 #define WS_HOLD_CAP_MS 1000u /* hard deadline: an exec is never held longer */
 
 #define WS_ENTRY_STALE 0x1u /* a scheduled file changed since analysis: do not replay */
+#define WS_ENTRY_LAUNCHER 0x2u /* the wrapper (env/chroot) the app is launched through; it has no
+				* files of its own: staleness is that of its schedule id */
 
 struct ws_index_header {
 	char magic[8];

@@ -131,3 +131,23 @@ int ws_proc_ids(pid_t pid, uid_t *uid, gid_t *gid)
 	*gid = (gid_t)strtoul(p + 5, NULL, 10);
 	return 0;
 }
+
+uint64_t ws_proc_starttime(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	ssize_t n;
+	int field = 2;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	n = read_small(path, buf, sizeof(buf));
+	if (n < 0)
+		return 0;
+	/* comm (field 2) may hold spaces and parentheses: count fields after its last ')' */
+	p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	while (*p && field < 22)
+		if (*p++ == ' ')
+			field++;
+	return strtoull(p, NULL, 10);
+}

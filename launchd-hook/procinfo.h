@@ -2,6 +2,7 @@
 #ifndef WS_PROCINFO_H
 #define WS_PROCINFO_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #define WS_ARGV_MAX 64
@@ -24,5 +25,9 @@ int ws_proc_cmdline(pid_t pid, struct ws_argv *out);
 
 /* Real uid/gid of pid: the launching user the replayer acts for. */
 int ws_proc_ids(pid_t pid, uid_t *uid, gid_t *gid);
+
+/* When pid started (/proc/<pid>/stat field 22, clock ticks since boot); exec keeps it, a reused
+ * pid does not. 0 if unknown. */
+uint64_t ws_proc_starttime(pid_t pid);
 
 #endif

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #define MAX_HOLDS 32
+#define MAX_LAUNCHES 64 /* the most recent hooked processes */
 #define LAT_RING 8192
 #define FAN_BUF 8192
 #define LEARN_SEEN 512
@@ -39,6 +40,15 @@ struct hold {
 	uint64_t schedule_id; /* not an entry index: the index may be reloaded during a hold */
 	int learn;            /* held for the learner (notify_fd is its socket), not a replayer */
 	char stats[200];      /* the replayer's stats file ("" without --launch-dir) */
+};
+
+/* A process a replayer was started for. exec keeps the pid and its start time, so when a hooked
+ * wrapper (env, chroot) goes on to exec the app itself, the app's exec finds its prefetch here,
+ * whether that replayer still runs or has already finished. */
+struct launch {
+	pid_t app;          /* 0: slot free */
+	uint64_t starttime; /* of the app's process: a reused pid is another process */
+	uint64_t schedule_id;
 };
 
 struct seen {
@@ -59,6 +69,8 @@ struct worker {
 	struct watch *watches;
 	size_t n_watches;
 	struct hold holds[MAX_HOLDS];
+	struct launch launches[MAX_LAUNCHES];
+	unsigned n_launches;
 	uint32_t lat_ns[LAT_RING]; /* decision times of unrelated execs */
 	uint64_t n_lat, n_events, n_matched, n_allowed_error, n_learn;
 	struct seen seen[LEARN_SEEN];
@@ -103,6 +115,20 @@ static void drop_watches(struct worker *w)
 	w->n_watches = 0;
 }
 
+/* Entry i's schedule is stale: so is every entry replaying it (an app and its launcher).
+ * reason NULL: known from the index, no event. */
+static void mark_stale(struct worker *w, uint32_t i, uint32_t file_no, const char *reason)
+{
+	uint64_t sid = w->idx.entries[i].schedule_id;
+
+	for (uint32_t j = 0; j < w->idx.hdr->n_entries; j++)
+		if (w->idx.entries[j].schedule_id == sid)
+			w->stale[j] = 1;
+	if (reason)
+		emit_event(w, "\"event\": \"stale\", \"schedule_id\": %llu, \"file_no\": %u, \"reason\": \"%s\"",
+			   (unsigned long long)sid, file_no, reason);
+}
+
 static void add_file_watches(struct worker *w)
 {
 	size_t cap = 0;
@@ -117,11 +143,8 @@ static void add_file_watches(struct worker *w)
 								 IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW);
 			if (wd < 0) {
 				/* missing already: the schedule is stale from the start */
-				if (errno == ENOENT && !w->stale[i]) {
-					w->stale[i] = 1;
-					emit_event(w, "\"event\": \"stale\", \"schedule_id\": %llu, \"file_no\": %u, "
-						      "\"reason\": \"missing\"", (unsigned long long)e->schedule_id, file_no);
-				}
+				if (errno == ENOENT && !w->stale[i])
+					mark_stale(w, i, file_no, "missing");
 				continue;
 			}
 			if (w->n_watches == cap) {
@@ -181,7 +204,8 @@ static void load_index(struct worker *w)
 	w->idx = fresh;
 	w->stale = calloc(fresh.hdr->n_entries + 1, 1);
 	for (uint32_t i = 0; i < fresh.hdr->n_entries; i++)
-		w->stale[i] = !!(fresh.entries[i].flags & WS_ENTRY_STALE);
+		if (fresh.entries[i].flags & WS_ENTRY_STALE)
+			mark_stale(w, i, 0, NULL);
 	mark_paths(w);
 	add_file_watches(w);
 	ws_log("index %s: %u entries, %zu file watches", w->opt->index_path, fresh.hdr->n_entries, w->n_watches);
@@ -208,10 +232,7 @@ static void handle_inotify(struct worker *w)
 
 					if (wt->wd != ev->wd || w->stale[wt->entry])
 						continue;
-					w->stale[wt->entry] = 1;
-					emit_event(w, "\"event\": \"stale\", \"schedule_id\": %llu, \"file_no\": %u, "
-						      "\"reason\": \"changed\"",
-						   (unsigned long long)w->idx.entries[wt->entry].schedule_id, wt->file_no);
+					mark_stale(w, wt->entry, wt->file_no, "changed");
 					ws_log("schedule %llu stale: file %u changed",
 					       (unsigned long long)w->idx.entries[wt->entry].schedule_id, wt->file_no);
 				}
@@ -347,6 +368,20 @@ static int try_learn(struct worker *w, const struct fanotify_event_metadata *m, 
 	return 1;
 }
 
+static int in_flight(const struct worker *w, pid_t app, uint64_t starttime, uint64_t schedule_id)
+{
+	for (int i = 0; i < MAX_LAUNCHES; i++)
+		if (w->launches[i].app == app && w->launches[i].starttime == starttime &&
+		    w->launches[i].schedule_id == schedule_id)
+			return 1;
+	return 0;
+}
+
+static void note_launch(struct worker *w, pid_t app, uint64_t starttime, uint64_t schedule_id)
+{
+	w->launches[w->n_launches++ % MAX_LAUNCHES] = (struct launch){app, starttime, schedule_id};
+}
+
 /* Decide one exec. Every path that does not start a hold answers FAN_ALLOW right here. */
 static void handle_exec(struct worker *w, const struct fanotify_event_metadata *m, uint64_t t0)
 {
@@ -359,6 +394,7 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 	gid_t gid;
 	pid_t rp;
 	uint32_t hold_ms;
+	uint64_t starttime;
 
 	w->n_events++;
 	if (!w->idx.hdr || fstat(m->fd, &st) < 0 || !ws_index_find(&w->idx, st.st_dev, st.st_ino)) {
@@ -378,13 +414,26 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 			   (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
 			   av ? av->argv : NULL, av ? av->argc : 0, &mismatch);
 	free(av);
-	if (!e || w->stale[e - w->idx.entries]) {
+	if (!e) {
 		if (mismatch)
 			emit_event(w, "\"event\": \"identity-mismatch\", \"dev\": %llu, \"ino\": %llu",
 				   (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
-		else if (e)
-			emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, "
-				      "\"outcome\": \"stale\"", (unsigned long long)e->schedule_id, (int)m->pid);
+		respond(w, m->fd, FAN_ALLOW);
+		return;
+	}
+	starttime = ws_proc_starttime(m->pid);
+	if (starttime && in_flight(w, m->pid, starttime, e->schedule_id)) {
+		/* the wrapper this process exec'd before (env, chroot) was hooked and decided this
+		 * launch: its replayer is fetching (or done), having held the wrapper's exec */
+		respond(w, m->fd, FAN_ALLOW);
+		emit_event(w, "\"event\": \"exec-in-flight\", \"schedule_id\": %llu, \"pid\": %d",
+			   (unsigned long long)e->schedule_id, (int)m->pid);
+		return;
+	}
+	if (w->stale[e - w->idx.entries]) {
+		note_launch(w, m->pid, starttime, e->schedule_id);
+		emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, "
+			      "\"outcome\": \"stale\"", (unsigned long long)e->schedule_id, (int)m->pid);
 		respond(w, m->fd, FAN_ALLOW);
 		return;
 	}
@@ -408,6 +457,7 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 		respond(w, m->fd, FAN_ALLOW);
 		return;
 	}
+	note_launch(w, m->pid, starttime, e->schedule_id);
 	hold_ms = e->hold_ms ? e->hold_ms : WS_HOLD_CAP_MS;
 	if (w->idx.hdr->max_hold_ms && hold_ms > w->idx.hdr->max_hold_ms)
 		hold_ms = w->idx.hdr->max_hold_ms;

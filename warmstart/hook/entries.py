@@ -41,6 +41,7 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
         argv = [a.encode("utf-8", "surrogateescape") for a in json.loads(app["argv_json"])]
         ident = (app["exe_dev"], app["exe_ino"], app["exe_size"] or 0, app["exe_mtime_ns"] or 0)
         wrapped = unwrap_launcher(argv)
+        launcher = None
         if not wrapped and argv and os.path.basename(argv[0]) in (b"env", b"chroot"):
             # hooking env or chroot itself would replay this app on every use of them
             skipped.append(Skipped(name, "launched through env/chroot whose target is missing "
@@ -49,6 +50,7 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
         if wrapped:
             # `env ... chroot ROOT CMD`: the kernel opens CMD inside ROOT, so hook that file, with
             # its identity as of now (the recorded identity is env's) and the argv CMD gets
+            launcher = (exe, argv, ident)
             exe, argv = wrapped
             st = os.stat(exe)
             ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -73,9 +75,31 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
         except OSError as e:
             raise WarmstartError(f"cannot write schedule export {export}: {e.strerror}; run as root")
         first = sched.segments[0].t_disk_s if sched.segments else 0.0
-        index.entries.append(IndexEntry(
+        entry = IndexEntry(
             dev=ident[0], ino=ident[1], size=ident[2], mtime_ns=ident[3], schedule_id=sched.id, exe=exe,
             schedule=os.fsencode(export), name=name, needles=needles(exe, argv),
             files=tuple(f.path for f in sched.files if f.path.startswith(b"/")),
-            hold_ms=hold_ms_for(first, cfg)))
+            hold_ms=hold_ms_for(first, cfg))
+        index.entries.append(entry)
+        if launcher:
+            index.entries.extend(launcher_entry(entry, *launcher))
     return index, skipped
+
+
+def launcher_entry(app: IndexEntry, exe: bytes, argv: List[bytes], ident) -> List[IndexEntry]:
+    """An entry for the wrapper itself (`env -i ... chroot ROOT CMD`): the kernel opens the
+    wrapper first, and before it gets to CMD, chroot resolves CMD's path on a cold disk (tens of
+    ms on an HDD). Hooking the wrapper's exec, with its whole argv as the signature, starts the
+    pre-buffer that much earlier; the daemon then lets CMD's exec of the same process through
+    without a second replayer. No files: CMD's entry carries them, and its staleness is shared
+    by schedule id."""
+    words = []
+    for a in argv[1:]:
+        if not a:
+            break  # an empty argument cannot be a needle; the words before it still identify the app
+        words.append(a)
+    if ident[0] is None or ident[1] is None or not exe.startswith(b"/") or os.path.realpath(exe) != exe:
+        return []
+    return [IndexEntry(dev=ident[0], ino=ident[1], size=ident[2] or 0, mtime_ns=ident[3] or 0,
+                       schedule_id=app.schedule_id, exe=exe, schedule=app.schedule, name=app.name,
+                       needles=tuple(words), hold_ms=app.hold_ms, launcher=True)]

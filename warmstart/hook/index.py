@@ -17,6 +17,7 @@ MAGIC = b"WSHOOKIX"
 VERSION = 1
 HOLD_CAP_MS = 1000          # the daemon never holds an exec longer, whatever the index says
 ENTRY_STALE = 0x1
+ENTRY_LAUNCHER = 0x2        # the wrapper (env/chroot) the app is launched through, not the app itself
 
 _HEADER = struct.Struct("<8sIIIIQI28x")
 _ENTRY = struct.Struct("<QQQqQ12I")
@@ -38,6 +39,7 @@ class IndexEntry:
     files: Sequence[bytes] = ()             # files the schedule reads, watched for staleness
     hold_ms: int = HOLD_CAP_MS
     stale: bool = False
+    launcher: bool = False                  # see ENTRY_LAUNCHER
 
 
 @dataclass
@@ -82,7 +84,7 @@ def encode(index: Index) -> bytes:
                 raise WarmstartError(f"index paths must be absolute without NUL: {path!r}")
         hold = max(1, min(int(e.hold_ms), HOLD_CAP_MS))
         fields = (*put(e.exe), *put_list(e.needles), *put(e.schedule), *put(e.name.encode()),
-                  *put_list(e.files), hold, ENTRY_STALE if e.stale else 0)
+                  *put_list(e.files), hold, (ENTRY_STALE if e.stale else 0) | (ENTRY_LAUNCHER if e.launcher else 0))
         body += _ENTRY.pack(e.dev, e.ino, e.size, e.mtime_ns, e.schedule_id, *fields)
     body += strtab
     header = _HEADER.pack(MAGIC, VERSION, len(entries), len(strtab),
@@ -120,7 +122,8 @@ def decode(data: bytes, source: str = "index") -> Index:
             dev=dev, ino=ino, size=size, mtime_ns=mtime_ns, schedule_id=sid, exe=get(exe_o, exe_l),
             schedule=get(sch_o, sch_l), name=get(name_o, name_l).decode(errors="replace"),
             needles=tuple(needles.split(b"\0")) if needles else (),
-            files=tuple(files.split(b"\0")) if files else (), hold_ms=hold, stale=bool(flags & ENTRY_STALE)))
+            files=tuple(files.split(b"\0")) if files else (), hold_ms=hold, stale=bool(flags & ENTRY_STALE),
+            launcher=bool(flags & ENTRY_LAUNCHER)))
     return out
 
 

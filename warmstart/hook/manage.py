@@ -19,9 +19,11 @@ def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
     events.sync(conn, paths)  # stale marks first, so stale schedules leave the index
     index, skipped = build_index(conn, paths, cfg)
     write_index(os.fsencode(paths.index), index)
+    launchers = {e.schedule_id: os.fsdecode(e.exe) for e in index.entries if e.launcher}
     return {"index": str(paths.index), "entries": [
         {"app": e.name, "schedule_id": e.schedule_id, "hold_ms": e.hold_ms,
-         "signature": [n.decode("utf-8", "surrogateescape") for n in e.needles]} for e in index.entries],
+         "signature": [n.decode("utf-8", "surrogateescape") for n in e.needles],
+         "launcher": launchers.get(e.schedule_id)} for e in index.entries if not e.launcher],
         "skipped": [{"app": s.app, "reason": s.reason} for s in skipped], "learn": cfg.learn}
 
 
