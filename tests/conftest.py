@@ -27,7 +27,15 @@ def have_root() -> bool:
 
 
 def have_tracefs() -> bool:
-    return have_root() and (os.path.isdir("/sys/kernel/tracing/events") or os.path.isdir("/sys/kernel/debug/tracing/events"))
+    """Root and a tracefs the product can use: mounted by tracefs_root() if it is not yet."""
+    from warmstart.errors import WarmstartError
+    from warmstart.recorder.tracefs import tracefs_root
+    if not have_root():
+        return False
+    try:
+        return (tracefs_root() / "events").is_dir()
+    except WarmstartError:
+        return False
 
 
 def have_fuse() -> bool:

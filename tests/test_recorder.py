@@ -292,7 +292,7 @@ def test_killed_recorder_instances_are_removed_next_time(tmp_path, needs_tracefs
 
 
 def test_remove_stale_instances_only_removes_dead_owners(needs_tracefs):
-    root = tracefs_root()[0]
+    root = tracefs_root()
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid that no longer exists
     stale = root / "instances" / f"warmstart-rec-{dead.pid}-task"

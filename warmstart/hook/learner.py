@@ -101,27 +101,23 @@ class Recorder(threading.Thread):
         started_at, start_ns = time.time(), time.monotonic_ns()
         opts = rec.RecordOptions(cold="none", timeout=self.learner.cfg.learn_record_timeout_s)
         try:
-            root, we_mounted = tracefs_root()
-            try:
-                remove_stale_instances(root)
-                watch = devices_of_paths([req["exe"]])
-                with backend_and_tasks(choose_backend, Instance, root, watch, pid, opts) as (backend, tasks):
-                    self._answer()  # tracing runs: the daemon may release the exec
-                    ready = selectors.DefaultSelector()
-                    ready.register(pidfd, selectors.EVENT_READ)
-                    deadline = time.monotonic() + opts.timeout
-                    exited = False
-                    while not exited and not self.learner.stopping.is_set() and time.monotonic() < deadline:
-                        exited = bool(ready.select(timeout=0.25))
-                    end_ns = time.monotonic_ns()
-                    backend.stop()
-                    tasks.stop()
-                    lost = backend.lost_events() + tasks.lost_events()
-                    raw = backend.requests()
-                    events = parse_lines(split_lines(tasks.chunks))
-            finally:
-                if we_mounted:
-                    os.system("umount /sys/kernel/tracing")
+            root = tracefs_root()
+            remove_stale_instances(root)
+            watch = devices_of_paths([req["exe"]])
+            with backend_and_tasks(choose_backend, Instance, root, watch, pid, opts) as (backend, tasks):
+                self._answer()  # tracing runs: the daemon may release the exec
+                ready = selectors.DefaultSelector()
+                ready.register(pidfd, selectors.EVENT_READ)
+                deadline = time.monotonic() + opts.timeout
+                exited = False
+                while not exited and not self.learner.stopping.is_set() and time.monotonic() < deadline:
+                    exited = bool(ready.select(timeout=0.25))
+                end_ns = time.monotonic_ns()
+                backend.stop()
+                tasks.stop()
+                lost = backend.lost_events() + tasks.lost_events()
+                raw = backend.requests()
+                events = parse_lines(split_lines(tasks.chunks))
             if not exited:
                 return self.learner.done(self.name, None, "not stored: the launch had not ended "
                                          "(learner stopping, or learn_record_timeout_s reached)")

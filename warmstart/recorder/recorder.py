@@ -118,39 +118,35 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
         raise WarmstartError("recording needs root (tracefs, drop_caches): run it with sudo")
     argv = [os.fsdecode(a) for a in argv]
     executable = resolve_command(argv, opts.cwd, opts.env)
-    root, we_mounted = tracefs_root()
-    try:
-        for stale in remove_stale_instances(root):
-            say(f"removed tracefs instance {stale} left by a recorder that died")
-        watch = list(opts.devices) or devices_of_paths([os.fsencode(a) for a in argv] + [executable])
-        prev_files, prev_ranges = _previous_for_evict(conn, name) if opts.cold == "evict" else ([], [])
-        cold = coldcache.make_cold(opts.cold, prev_files, prev_ranges, say)
-        started_at = time.time()
-        with _SignalsAsInterrupt(), contextlib.ExitStack() as stack:
-            backend = stack.enter_context(choose_backend(opts.backend, watch, root, say))
-            # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
-            # event-fork adds CMD (forked by this thread) and everything CMD forks
-            tasks = stack.enter_context(Instance(root, "task", TASK_EVENTS, buffer_kb=opts.buffer_kb,
-                                                 options=("record-tgid", "event-fork"),
-                                                 event_pids=[threading.get_native_id()]))
-            tasks.start()
-            backend.start()
+    root = tracefs_root()
+    for stale in remove_stale_instances(root):
+        say(f"removed tracefs instance {stale} left by a recorder that died")
+    watch = list(opts.devices) or devices_of_paths([os.fsencode(a) for a in argv] + [executable])
+    prev_files, prev_ranges = _previous_for_evict(conn, name) if opts.cold == "evict" else ([], [])
+    cold = coldcache.make_cold(opts.cold, prev_files, prev_ranges, say)
+    started_at = time.time()
+    with _SignalsAsInterrupt(), contextlib.ExitStack() as stack:
+        backend = stack.enter_context(choose_backend(opts.backend, watch, root, say))
+        # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
+        # event-fork adds CMD (forked by this thread) and everything CMD forks
+        tasks = stack.enter_context(Instance(root, "task", TASK_EVENTS, buffer_kb=opts.buffer_kb,
+                                             options=("record-tgid", "event-fork"),
+                                             event_pids=[threading.get_native_id()]))
+        tasks.start()
+        backend.start()
 
-            def check():
-                backend.check()
-                tasks.check()
+        def check():
+            backend.check()
+            tasks.check()
 
-            result: LaunchResult = launch(argv, opts.until, opts.timeout, cwd=opts.cwd, env=opts.env,
-                                          devices=watch, passthrough=opts.passthrough, keep_running=check)
-            backend.stop()
-            tasks.stop()
-            lost = backend.lost_events() + tasks.lost_events()
-            raw_requests = backend.requests()
-            task_events = parse_lines(split_lines(tasks.chunks))
-            tasks.chunks.clear()
-    finally:
-        if we_mounted:
-            os.system("umount /sys/kernel/tracing")
+        result: LaunchResult = launch(argv, opts.until, opts.timeout, cwd=opts.cwd, env=opts.env,
+                                      devices=watch, passthrough=opts.passthrough, keep_running=check)
+        backend.stop()
+        tasks.stop()
+        lost = backend.lost_events() + tasks.lost_events()
+        raw_requests = backend.requests()
+        task_events = parse_lines(split_lines(tasks.chunks))
+        tasks.chunks.clear()
     _refuse_bad_end(result, opts)
     warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
     return _store(conn, name, argv, executable, opts, result, raw_requests, task_events,

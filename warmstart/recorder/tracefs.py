@@ -21,21 +21,21 @@ TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 PREFIX = "warmstart-rec-"
 
 
-def tracefs_root(mount_if_missing: bool = True) -> (Path, bool):
-    """The tracefs mount; mounts it (as root) when absent. Returns (path, we_mounted_it)."""
+def tracefs_root() -> Path:
+    """The tracefs mount. As root, mounts it at its standard place when it is absent and leaves it
+    there (as systemd does at boot and trace-cmd does on demand): recorder, bench sampler, page-use
+    tracer and fallback may use it at the same time, so none of them may unmount it."""
     for p in TRACEFS_MOUNTS:
         if os.path.isdir(os.path.join(p, "instances")):
-            return Path(p), False
+            return Path(p)
     if os.geteuid() != 0:
         raise WarmstartError("tracefs is not mounted and only root can mount it: run as root, or "
                              "mount -t tracefs nodev /sys/kernel/tracing")
-    if not mount_if_missing:
-        raise WarmstartError("tracefs is not mounted: mount -t tracefs nodev /sys/kernel/tracing")
     r = subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS_MOUNTS[0]], capture_output=True, text=True)
     if r.returncode != 0 or not os.path.isdir(os.path.join(TRACEFS_MOUNTS[0], "instances")):
         raise WarmstartError(f"tracefs is not mounted and mounting it failed ({r.stderr.strip()}): "
                              "mount -t tracefs nodev /sys/kernel/tracing, or check the kernel has CONFIG_TRACING")
-    return Path(TRACEFS_MOUNTS[0]), True
+    return Path(TRACEFS_MOUNTS[0])
 
 
 def _pid_alive(pid: int) -> bool:

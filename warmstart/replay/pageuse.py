@@ -187,7 +187,7 @@ class UseTracer:
             return self
         devs = sorted({kernel_dev(f.dev) for f in self.schedule.files}) or [0]
         dev_filter = " || ".join(f"s_dev == {d}" for d in devs)
-        root, _ = tracefs_root(mount_if_missing=False)
+        root = tracefs_root()
         self._inst = Instance(root, "use", EVENTS, buffer_kb=self.buffer_kb, options=("event-fork",),
                               event_pids=[threading.get_native_id()],
                               filters={ev: dev_filter for ev in EVENTS if ev.startswith("filemap/")})

@@ -47,7 +47,7 @@ class LaunchSampler:
             try:
                 from ..recorder.tracefs import tracefs_root
                 from ..recorder.tracefs_backend import TracefsBlockBackend
-                root, _ = tracefs_root()
+                root = tracefs_root()
                 self._backend = TracefsBlockBackend(root).__enter__()
                 self._backend.start()
             except Exception as e:  # the figure loses its LBA dots, the measurement is unaffected

@@ -15,8 +15,8 @@ from typing import Dict, List, Optional
 
 from ..errors import WarmstartError
 from ..recorder import events
+from ..recorder.tracefs import tracefs_root
 
-TRACEFS = "/sys/kernel/tracing"
 EVENTS = ("filemap/mm_filemap_add_to_page_cache", "filemap/mm_filemap_get_pages",
           "filemap/mm_filemap_fault", "filemap/mm_filemap_map_pages", "sched/sched_process_fork")
 DEV_INO = re.compile(rb"dev[ =](\d+):(\d+) ino[ =]([0-9a-f]+)")
@@ -71,7 +71,7 @@ class Tracer:
 
     def __init__(self, name: Optional[str] = None, buffer_kb: int = 8192):
         self.name = name or f"warmstart-spec-{os.getpid()}"
-        self.dir = os.path.join(TRACEFS, "instances", self.name)
+        self.dir = ""
         self.buffer_kb = buffer_kb
         self.parents: Dict[int, int] = {}
         self._events: List[PageEvent] = []
@@ -86,9 +86,10 @@ class Tracer:
             f.write(value)
 
     def start(self) -> "Tracer":
-        if not os.path.isdir(os.path.join(TRACEFS, "events", "filemap")):
-            raise WarmstartError(f"no filemap events in {TRACEFS}: mount tracefs there "
-                                 "(mount -t tracefs nodev /sys/kernel/tracing) and run as root")
+        root = tracefs_root()
+        if not os.path.isdir(root / "events" / "filemap"):
+            raise WarmstartError(f"no filemap events in {root}: this kernel lacks the filemap tracepoints")
+        self.dir = os.path.join(root, "instances", self.name)
         try:
             os.mkdir(self.dir)
         except FileExistsError:
