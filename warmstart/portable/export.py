@@ -2,7 +2,7 @@
 
 Device ranges (metadata: inode tables, directories, extent blocks) have no file to name them by,
 and their LBAs mean nothing on another machine, so they are not carried: each segment records
-how many it dropped, and import re-derives the metadata of the files it imports (ext4meta.py).
+how many it dropped, and import re-derives the metadata of the files it imports (analyzer/ext4meta.py).
 A scheduled file that changed since the analysis (other inode, size or mtime) is left out, since
 its recorded ranges may no longer be the pages the app reads; the export says how many.
 """

@@ -4,7 +4,7 @@ For each file of the export: the local path (after --map-prefix) must be a regul
 same size whose scheduled bytes have the same SHA-256; a file that is missing or differs is
 refused (its ranges are left out) and counted. Each accepted range is placed with the file's
 FIEMAP now (split where the file is not contiguous), the metadata blocks of the accepted files
-are re-derived from the local ext4 (ext4meta.py) and put first in the segment that first reads
+are re-derived from the local ext4 (analyzer/ext4meta.py) and put first in the segment that first reads
 the file, and each segment is sorted like the analyzer's: metadata sweep, then data sweep, each
 by (device, LBA). Segment boundaries and CPU times are the exporter's; t_i and t_exp are
 re-modelled for the local layout (relocate/model.py, the 7200 rpm model).
@@ -25,7 +25,7 @@ from ..db.recordings import delete_app, get_app, upsert_app
 from ..db.schedules import Extent, Range, Schedule, ScheduledFile, Segment, save_schedule
 from ..errors import WarmstartError
 from ..relocate import model
-from .ext4meta import MetadataFinder
+from ..analyzer.ext4meta import MetadataFinder
 from .format import Portable, content_hash, decode
 
 

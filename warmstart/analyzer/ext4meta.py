@@ -16,8 +16,8 @@ import os
 import struct
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..analyzer.fiemap import fiemap_fd, mappable
-from ..analyzer.filemap import disk_of
+from .fiemap import fiemap_fd, mappable
+from .filemap import disk_of
 from ..errors import WarmstartError
 from ..replay.export import block_device_node
 
