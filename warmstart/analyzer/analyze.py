@@ -126,12 +126,14 @@ def add_file_metadata(items: List[List[Piece]]) -> dict:
     os.sync()   # inodes and extent roots are read from the device
     finder = MetadataFinder()
     added = added_bytes = 0
+    done = set()
     try:
         for ps in items:
             extra = []
             for p in ps:
-                if p.file is None:
+                if p.file is None or p.file in done:
                     continue
+                done.add(p.file)
                 try:
                     st = os.stat(p.file.path)
                 except OSError:
