@@ -21,13 +21,17 @@ TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 PREFIX = "warmstart-rec-"
 
 
+def _mounted_root() -> Optional[Path]:
+    return next((Path(p) for p in TRACEFS_MOUNTS if os.path.isdir(os.path.join(p, "instances"))), None)
+
+
 def tracefs_root() -> Path:
     """The tracefs mount. As root, mounts it at its standard place when it is absent and leaves it
     there (as systemd does at boot and trace-cmd does on demand): recorder, bench sampler, page-use
     tracer and fallback may use it at the same time, so none of them may unmount it."""
-    for p in TRACEFS_MOUNTS:
-        if os.path.isdir(os.path.join(p, "instances")):
-            return Path(p)
+    root = _mounted_root()
+    if root is not None:
+        return root
     if os.geteuid() != 0:
         raise WarmstartError("tracefs is not mounted and only root can mount it: run as root, or "
                              "mount -t tracefs nodev /sys/kernel/tracing")
@@ -75,7 +79,7 @@ def remove_stale_instances(root: Path) -> List[str]:
 
 
 def list_our_instances(root: Optional[Path] = None) -> List[str]:
-    root = root or next((Path(p) for p in TRACEFS_MOUNTS if os.path.isdir(os.path.join(p, "instances"))), None)
+    root = root or _mounted_root()
     if root is None:
         return []
     return [n for n in os.listdir(root / "instances") if n.startswith(PREFIX)]
