@@ -100,8 +100,11 @@ def test_replayer_reads_are_not_use_and_unscheduled_files_are_misses(disk, tmp_p
     assert st["t_total_ns"] > (out.launch_time_s - out.app_time_s) * 1e9   # ... ending after the fork
     pu = out.page_use
     assert pu["unscheduled_files"] == 2 and pu["unresolved_files"] == 0, pu
-    assert pu["used_bytes"] == (64 + 16 + 2) * PAGE, pu
-    assert pu["unscheduled_used_bytes"] == 18 * PAGE
+    # the unscheduled reads race the app's own readahead: get_pages can miss one page of them
+    # (docs/replayer.md, "one batch short")
+    assert (64 + 16 + 2 - 1) * PAGE <= pu["used_bytes"] <= (64 + 16 + 2) * PAGE, pu
+    assert 17 * PAGE <= pu["unscheduled_used_bytes"] <= 18 * PAGE
+    assert pu["used_bytes"] - pu["unscheduled_used_bytes"] == 64 * PAGE
     assert pu["prefetched_bytes"] == (32 + 2048) * PAGE and pu["prefetched_used_bytes"] == 32 * PAGE
 
 
