@@ -1,7 +1,7 @@
 """`warmstart bench` mechanics on a tiny input (1 repetition, the synthetic app): not performance.
 
 It runs the real stack (emulated disk, record, analyze, replay) and checks what bench promises:
-every mode measured and stored under one bench_id, the paper's and our schedule both used, the
+every mode measured and stored under one bench_id, the plain, paper's and our schedules used, the
 lower bound computed, every launch checked against a plain run, the markdown written from it.
 """
 
@@ -33,7 +33,7 @@ def test_bench_one_rep_synth(tmp_path):
     require((libexec_dir() / "hddsim").exists() and (libexec_dir() / "warmstart-replay").exists(),
             "run `make build` first (hddsim, warmstart-replay, warmstart-probe, synthlaunch)")
     db, md = tmp_path / "w.db", tmp_path / "bench.md"
-    modes = "cold,reorder,segmented-paper,segmented,warm"
+    modes = "cold,reorder,reorder-ours,segmented-paper,segmented,warm"
     result = CliRunner().invoke(cli, ["--db", str(db), "bench", "--disk", "hdd7200", "--apps", "synth",
                                       "--reps", "1", "--modes", modes, "--markdown", str(md), "--json"],
                                 catch_exceptions=False)
@@ -43,8 +43,8 @@ def test_bench_one_rep_synth(tmp_path):
     rows = conn.execute("SELECT l.mode, s.algorithm, l.exit_status, l.details_json FROM launches l"
                         " LEFT JOIN schedules s ON s.id = l.schedule_id WHERE l.bench_id = ?",
                         (doc["bench_id"],)).fetchall()
-    got = sorted((r[0], r[1] if r[0] == "segmented" else None) for r in rows)
-    assert got == sorted([("cold", None), ("reorder", None), ("segmented", "paper"),
+    got = sorted((r[0], r[1]) for r in rows)
+    assert got == sorted([("cold", None), ("reorder", "reorder"), ("reorder", "optimal"), ("segmented", "paper"),
                           ("segmented", "optimal"), ("warm", None)]), got
     assert all(r[2] == 0 for r in rows) and doc["problems"] == []
     # Prefetching launches ran with the replayer; repetition 1 carries the timeline samples.

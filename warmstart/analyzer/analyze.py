@@ -24,12 +24,12 @@ from .ext4meta import MetadataFinder
 from .filemap import FileMap, Piece
 from .gapmerge import merge_gaps
 from .ordering import PieceTable
-from .segment import Result, launch_time, optimise, paper
+from .segment import Result, launch_time, optimise, paper, reorder
 from .sequence import Access, LaunchSequence, from_requests, merge_recordings
 from .strips import geometry_from_sysfs, split_at_strips, whole_stripes
 
 PROBES = ("auto", "model", "disk", "hybrid")
-ALGORITHMS = ("optimal", "paper")
+ALGORITHMS = ("optimal", "paper", "reorder")
 
 
 @dataclass
@@ -258,7 +258,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
                               "start": res_opt.notes.get("start")}
     compare["reorder"] = {"t_model_s": launch_time([(0, len(cpu_s) - 1)], search_cost, pre)}
 
-    chosen: Result = res_opt or res_paper
+    res_reorder = reorder(cpu_s, search_cost) if opts.algorithm == "reorder" else None
+    chosen: Result = res_opt or res_reorder or res_paper
     model_error = None
     if method == "hybrid":
         say("confirming on the disk")

@@ -114,6 +114,15 @@ def paper(cpu: Sequence[float], cost: Cost) -> Result:
     return Result("paper", segs, t, c, t_exp, launch_time(segs, cost, pre), cost.calls)
 
 
+def reorder(cpu: Sequence[float], cost: Cost) -> Result:
+    """One segment: fetch everything LBA-sorted, then launch (the papers' baseline)."""
+    n = len(cpu)
+    if n == 0:
+        return Result("reorder", [], [], [], 0.0, 0.0)
+    t = cost(0, n - 1)
+    return Result("reorder", [(0, n - 1)], [t], [sum(cpu)], t + sum(cpu), t + sum(cpu), cost.calls)
+
+
 def _segs_from_bounds(n: int, bounds: Sequence[int]) -> List[Seg]:
     """bounds: sorted start indexes of segments 2..m."""
     starts = [0] + list(bounds)

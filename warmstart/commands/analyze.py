@@ -36,7 +36,8 @@ def _text(r):
               help="How DISK_ACCESS is measured: model (device profile, no I/O), disk (O_DIRECT reads), "
                    "hybrid (model search, disk confirmation); auto = hybrid with a profile, else disk.")
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="optimal", show_default=True,
-              help="optimal: minimise modelled launch time; paper: Algorithm 1 of Joo et al.")
+              help="optimal: minimise modelled launch time; paper: Algorithm 1 of Joo et al.; "
+                   "reorder: one segment, fetched before the launch (the papers' baseline).")
 @click.option("--runs-threshold", "-k", type=int, default=None,
               help="Keep blocks seen in at least K of the N recordings (default: a majority).")
 @click.option("--recording", "recording_ids", type=int, multiple=True, help="Use only these recording ids.")

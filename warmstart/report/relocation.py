@@ -98,7 +98,7 @@ def run_relocation(conn, db_path, cfg, dut, doc: dict, bench_id: str, prepared: 
             for a in measured:
                 app, name, argv, ref, info = prepared[a]
                 sid = entry["schedules"][a]["id"]
-                after = dict(info, schedules={"ours": sid, "paper": sid})
+                after = dict(info, schedules={"ours": sid, "paper": sid, "plain": sid})
                 for m in modes:
                     counted(conn, dut, bench_id, m, lambda: measure(
                         conn, db_path, cfg, dut, doc, bench_id, r, app, name, argv, ref, after, m, until),

@@ -13,8 +13,9 @@ from ..errors import WarmstartError
 from . import stats
 
 # Display order of launch methods (also the bars of the normalised figure, like the paper's Fig. 3).
-METHOD_ORDER = ("cold", "cold-traced", "interleave", "reorder", "segmented-paper", "segmented", "warm")
-PREFETCH_PREFERENCE = ("segmented", "segmented-paper", "reorder", "interleave")
+METHOD_ORDER = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "segmented-paper", "segmented",
+                "warm")
+PREFETCH_PREFERENCE = ("segmented", "segmented-paper", "reorder-ours", "reorder", "interleave")
 NOT_PREFETCHED = ("cold", "cold-traced", "warm", "none")
 
 
@@ -23,6 +24,8 @@ def method_of(mode: str, algorithm: Optional[str]) -> str:
     (the paper's Algorithm 1 vs ours), so bench can compare both from the same table."""
     if mode == "segmented" and algorithm == "paper":
         return "segmented-paper"
+    if mode == "reorder" and algorithm not in (None, "reorder"):
+        return "reorder-ours"   # a segmented schedule fetched whole: shaped requests, no pipelining
     return mode
 
 

@@ -10,7 +10,7 @@ from .summary import METHOD_ORDER
 
 WIDTH = 80  # every block's columns sum to at most this; cells are clipped to their column
 SHORT_METHOD = {"cold": "cold", "cold-traced": "traced", "interleave": "intlv", "reorder": "reorder",
-                "segmented-paper": "seg-pap", "segmented": "seg", "warm": "warm"}
+                "reorder-ours": "reord-o", "segmented-paper": "seg-pap", "segmented": "seg", "warm": "warm"}
 
 
 def fmt_s(v):
