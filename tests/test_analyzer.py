@@ -180,7 +180,7 @@ def test_analyze_with_disk_probes_makes_a_schedule_of_the_right_blocks(emu_hdd, 
     rng.shuffle(reads)
     conn = open_db(db_path)
     _record(conn, "e2e", reads, cpu_ns=3_000_000)
-    for algorithm in ("paper", "optimal"):
+    for algorithm in ("paper", "optimal", "reorder"):
         r = analyze(conn, "e2e", Options(probe="disk", algorithm=algorithm))
         assert r["probe"] == "disk" and r["algorithm"] == algorithm
         assert all(t > 0 for t in r["t_disk_s"])
@@ -190,6 +190,14 @@ def test_analyze_with_disk_probes_makes_a_schedule_of_the_right_blocks(emu_hdd, 
         _check_ranges_hold_the_right_bytes(sched, emu_hdd.loop_dev)
         # every scheduled byte is a byte the launch read (no gap profile: no read-through)
         assert r["waste_bytes"] == 0
+        # orig_pos (interleave's order) follows the launch: by it, the reads come in recorded order
+        first_read = lambda rg: min(i for i, (p, o, n) in enumerate(reads)  # noqa: E731
+                                    if p == rg.file.path and o <= rg.file_offset < o + n)
+        by_pos = sorted((rg for s in sched.segments for rg in s.ranges if rg.file), key=lambda rg: rg.orig_pos)
+        assert all(rg.orig_pos for rg in by_pos)
+        order = [first_read(rg) for rg in by_pos]
+        assert order == sorted(order) and len(set(order)) > 10, order
+    assert len(sched.segments) == 1   # reorder: one segment
     # the optimiser saw the paper's split and one segment, so it is not worse on its own cost
     assert r["t_model_s"] <= r["compare"]["paper"]["t_model_s"] + 1e-9
     assert r["t_model_s"] <= r["compare"]["reorder"]["t_model_s"] + 1e-9

@@ -19,7 +19,7 @@ def _schedule(name="demo", t_exp=1.5):
     f = ScheduledFile(b"/lib/\xffodd-name.so", 2049, 12, 8192, 111, 222)
     seg1 = Segment(1, 1, 2, 0.2, 0.01, 8192, [Range(2049, 100, 8, 4096),  # metadata
                                               Range(2049, 800, 8, 4096, f, 0)])
-    seg2 = Segment(2, 3, 3, 0.1, 0.02, 4096, [Range(2049, 808, 8, 4096, f, 4096)])
+    seg2 = Segment(2, 3, 3, 0.1, 0.02, 4096, [Range(2049, 808, 8, 4096, f, 4096, orig_pos=3)])
     return Schedule(None, name, "paper", "model", t_exp, 12288, 0, [1, 2], [seg1, seg2], [f],
                     {0: [Extent(0, 800 * 512, 8192)]}, params={"k": 1})
 
@@ -33,7 +33,7 @@ def test_schedule_round_trip_keeps_bytes_paths_and_order(db_path):
     assert [s.idx for s in got.segments] == [1, 2]
     assert got.segments[0].ranges[0].is_metadata
     assert got.segments[0].ranges[1].file.path == b"/lib/\xffodd-name.so"
-    assert got.segments[1].ranges[0].file_offset == 4096
+    assert got.segments[1].ranges[0].file_offset == 4096 and got.segments[1].ranges[0].orig_pos == 3
     assert got.extents[0][0].physical == 800 * 512
     assert got.to_json()["files"][0]["path"] == b"/lib/\xffodd-name.so".decode("utf-8", "surrogateescape")
 

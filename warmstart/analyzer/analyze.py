@@ -165,8 +165,8 @@ def _main_dev(conn, items) -> int:
 
 
 def _to_ranges(pieces: Sequence[Piece]) -> List[Range]:
-    return [Range(p.dev, p.sector, p.nr_sectors, p.length, p.file, p.file_offset if p.file else None)
-            for p in pieces]
+    return [Range(p.dev, p.sector, p.nr_sectors, p.length, p.file, p.file_offset if p.file else None,
+                  p.first_p or None) for p in pieces]
 
 
 def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[Callable[[str], None]] = None) -> dict:

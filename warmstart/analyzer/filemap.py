@@ -47,6 +47,7 @@ class Piece:
     file: Optional[ScheduledFile] = None
     file_offset: int = 0
     length: int = 0          # bytes to read (a file's last piece stops at its end)
+    first_p: int = 0         # 1-based index in P of the first access that reads it (0: unknown)
 
     @property
     def end(self) -> int:

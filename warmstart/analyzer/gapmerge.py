@@ -33,12 +33,14 @@ def merge_gaps(pieces: Sequence[Piece], max_gap_bytes: int) -> Tuple[List[Piece]
             gap = (q.sector - p.end) * 512
             if p.dev == q.dev and 0 <= gap <= max_gap_bytes and p.is_meta == q.is_meta:
                 if p.file is None and q.file is None:
-                    out[-1] = replace(p, nr_sectors=q.end - p.sector, length=(q.end - p.sector) * 512)
+                    out[-1] = replace(p, nr_sectors=q.end - p.sector, length=(q.end - p.sector) * 512,
+                                      first_p=min(p.first_p, q.first_p))
                 elif (p.file is not None and p.file == q.file
                       and q.file_offset - (p.file_offset + p.length) == gap
                       and p.length == p.nr_sectors * 512):
                     out[-1] = replace(p, nr_sectors=q.end - p.sector,
-                                      length=q.file_offset + q.length - p.file_offset)
+                                      length=q.file_offset + q.length - p.file_offset,
+                                      first_p=min(p.first_p, q.first_p))
                 else:
                     if gap > 0:
                         stats.skipped_gaps += 1

@@ -14,6 +14,7 @@ All pieces of P are sorted once by (kind, dev, sector); a segment's order is the
 of that global order whose items fall in [a, b], which numpy selects in one pass.
 """
 
+from dataclasses import replace
 from typing import List, Sequence, Tuple
 
 import numpy as np
@@ -29,7 +30,7 @@ class PieceTable:
         item = []
         for i, ps in enumerate(pieces_per_item):
             for p in ps:
-                self.pieces.append(p)
+                self.pieces.append(replace(p, first_p=i + 1))  # interleave's fetch order
                 item.append(i)
         self.metadata_first = metadata_first
         n = len(self.pieces)

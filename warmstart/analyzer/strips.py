@@ -73,11 +73,11 @@ def whole_stripes(pieces: Sequence[Piece], strip_bytes: int, disks: int, min_run
             if i + len(run) < len(pieces) and pieces[j].dev == run[0].dev and pieces[j].sector < b:
                 b = max(hi, pieces[j].sector)
             if a < lo:
-                out.append(Piece(run[0].dev, a, lo - a, False, None, 0, (lo - a) * 512))
+                out.append(Piece(run[0].dev, a, lo - a, False, None, 0, (lo - a) * 512, run[0].first_p))
                 waste += (lo - a) * 512
             out.extend(run)
             if b > hi:
-                out.append(Piece(run[0].dev, hi, b - hi, False, None, 0, (b - hi) * 512))
+                out.append(Piece(run[0].dev, hi, b - hi, False, None, 0, (b - hi) * 512, run[-1].first_p))
                 waste += (b - hi) * 512
         else:
             out.extend(run)

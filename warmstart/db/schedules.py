@@ -50,6 +50,7 @@ class Range:
     length: int
     file: Optional[ScheduledFile] = None
     file_offset: Optional[int] = None
+    orig_pos: Optional[int] = None      # p index (1-based) of its first access: interleave's order
 
     @property
     def is_metadata(self) -> bool:
@@ -144,10 +145,10 @@ def save_schedule(conn: sqlite3.Connection, sched: Schedule, app_id: Optional[in
                 if r.file is not None and r.file not in file_no:
                     raise ValueError(f"range points at a file not in the schedule: {r.file.path!r}")
                 rows.append((sid, seg.idx, ord_, r.dev, r.sector, r.nr_sectors,
-                             None if r.file is None else file_no[r.file], r.file_offset, r.length))
+                             None if r.file is None else file_no[r.file], r.file_offset, r.length, r.orig_pos))
             conn.executemany(
                 "INSERT INTO schedule_ranges (schedule_id, segment_idx, ord, dev, sector, nr_sectors,"
-                " file_no, file_offset, length) VALUES (?,?,?,?,?,?,?,?,?)", rows)
+                " file_no, file_offset, length, orig_pos) VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
     sched.id = sid
     return sid
 
@@ -172,7 +173,7 @@ def load_schedule(conn: sqlite3.Connection, schedule_id: int) -> Schedule:
                           (schedule_id,)):
         f = None if r["file_no"] is None else files[r["file_no"]]
         by_idx[r["segment_idx"]].ranges.append(
-            Range(r["dev"], r["sector"], r["nr_sectors"], r["length"], f, r["file_offset"]))
+            Range(r["dev"], r["sector"], r["nr_sectors"], r["length"], f, r["file_offset"], r["orig_pos"]))
     return Schedule(id=s["id"], app_name=s["app_name"], algorithm=s["algorithm"], probe=s["probe"],
                     t_exp_s=s["t_exp_s"], total_bytes=s["total_bytes"], waste_bytes=s["waste_bytes"],
                     recording_ids=json.loads(s["recording_ids"]), segments=segments, files=files,

@@ -74,9 +74,9 @@ def encode(schedule) -> bytes:
             else:
                 no = file_index[("f", r.file.path, r.file.dev, r.file.ino)]
                 offset = r.file_offset
-            # interleave replays in first-access order; without orig_pos, segment order is
-            # the best approximation left (segments are contiguous in P).
-            orig = getattr(r, "orig_pos", None)
+            # interleave replays in first-access order; without orig_pos (an imported portable
+            # schedule), segment order is the best approximation left (segments are contiguous in P).
+            orig = r.orig_pos
             if orig is None:
                 orig = seg.first_p * 65536 + ord_
             ranges.append(RANGE.pack(offset, r.length, r.sector, no, min(int(orig), 0xFFFFFFFF), k))
