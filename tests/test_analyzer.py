@@ -1,5 +1,6 @@
 """The analyzer on real devices: FIEMAP on ext4, the O_DIRECT probe, end-to-end analysis, bad input."""
 
+import json
 import os
 import random
 import shutil
@@ -15,7 +16,7 @@ from warmstart.analyzer import probe
 from warmstart.analyzer.analyze import Options, analyze
 from warmstart.analyzer.fiemap import fiemap
 from warmstart.db import open_db
-from warmstart.db.schedules import load_active_schedule
+from warmstart.db.schedules import load_active_schedule, load_schedule
 from warmstart.errors import WarmstartError
 from warmstart.paths import REPO_ROOT
 
@@ -113,8 +114,9 @@ def test_sorted_order_is_faster_than_shuffled_on_the_emulated_hdd(emu_hdd):
 
 # ---- end-to-end: a recording made of real files, analyzed against the device --------------------
 
-def _record(conn, name, reads, cpu_ns=2_000_000, lost=0, launch_s=1.0):
-    """Store a recording whose block requests are where `reads` [(path, offset, length)] are now."""
+def _record(conn, name, reads, cpu_ns=2_000_000, lost=0, launch_s=1.0, extents=False):
+    """Store a recording whose block requests are where `reads` [(path, offset, length)] are now
+    (with extents: also the files' FIEMAP, as the recorder stores it)."""
     conn.execute("INSERT INTO apps (name, executable, argv_json, created_at) VALUES (?,?,?,?)",
                  (name, b"/bin/true", "[]", time.time()))
     app = conn.execute("SELECT id FROM apps WHERE name = ?", (name,)).fetchone()[0]
@@ -140,8 +142,10 @@ def _record(conn, name, reads, cpu_ns=2_000_000, lost=0, launch_s=1.0):
                                                      (hi - 1) // 4096 - lo // 4096 + 1))
             seq += 1
     for (dev, ino), (path, st) in files.items():
-        conn.execute("INSERT OR IGNORE INTO recording_files (recording_id, dev, ino, path, size, mtime_ns, ctime_ns)"
-                     " VALUES (?,?,?,?,?,?,?)", (rid, dev, ino, bytes(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        exts = json.dumps([[e.logical, e.physical, e.length, e.flags] for e in fiemap(path)]) if extents else None
+        conn.execute("INSERT OR IGNORE INTO recording_files (recording_id, dev, ino, path, size, mtime_ns, ctime_ns,"
+                     " extents_json) VALUES (?,?,?,?,?,?,?,?)",
+                     (rid, dev, ino, bytes(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, exts))
     return rid
 
 
@@ -180,8 +184,9 @@ def test_analyze_with_disk_probes_makes_a_schedule_of_the_right_blocks(emu_hdd, 
     rng.shuffle(reads)
     conn = open_db(db_path)
     _record(conn, "e2e", reads, cpu_ns=3_000_000)
-    for algorithm in ("paper", "optimal", "reorder"):
-        r = analyze(conn, "e2e", Options(probe="disk", algorithm=algorithm))
+    results = {}
+    for algorithm in ("paper", "reorder", "optimal"):
+        r = results[algorithm] = analyze(conn, "e2e", Options(probe="disk", algorithm=algorithm))
         assert r["probe"] == "disk" and r["algorithm"] == algorithm
         assert all(t > 0 for t in r["t_disk_s"])
         sched = load_active_schedule(conn, "e2e")
@@ -197,7 +202,7 @@ def test_analyze_with_disk_probes_makes_a_schedule_of_the_right_blocks(emu_hdd, 
         assert all(rg.orig_pos for rg in by_pos)
         order = [first_read(rg) for rg in by_pos]
         assert order == sorted(order) and len(set(order)) > 10, order
-    assert len(sched.segments) == 1   # reorder: one segment
+    assert len(load_schedule(conn, results["reorder"]["schedule_id"]).segments) == 1
     # the optimiser saw the paper's split and one segment, so it is not worse on its own cost
     assert r["t_model_s"] <= r["compare"]["paper"]["t_model_s"] + 1e-9
     assert r["t_model_s"] <= r["compare"]["reorder"]["t_model_s"] + 1e-9
@@ -227,6 +232,47 @@ def test_deleted_files_are_skipped_and_never_scheduled(loop_ext4, db_path):
                 for s, n in old:
                     assert rg.sector + rg.nr_sectors <= s or s + n <= rg.sector, \
                         "a block-device range covers the deleted file's old blocks"
+    _check_ranges_hold_the_right_bytes(sched, loop)
+
+
+def _move_data(path: bytes) -> None:
+    """Give the file new blocks with ext4's atomic extent move, as `warmstart relocate` does."""
+    from warmstart.relocate.moveext import move_extent
+    size = os.stat(path).st_size
+    nblocks = -(-size // 4096)
+    donor = os.open(os.path.dirname(path), os.O_TMPFILE | os.O_RDWR, 0o600)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(donor, 0, nblocks * 4096)
+        assert move_extent(fd, donor, 0, 0, nblocks, path) == nblocks
+    finally:
+        os.close(fd)
+        os.close(donor)
+
+
+def test_data_moved_after_recording_is_mapped_through_the_recorded_extents(loop_ext4, db_path):
+    """After an extent move, the recorded LBAs hold another file's (or no) data: the recorded FIEMAP
+    maps them to file bytes, which are then fetched from where they are now."""
+    _need_probe()
+    loop, mnt = loop_ext4
+    files = _files(mnt / "m", n=4)
+    reads = [(bytes(p), 0, 65536) for p in files]
+    conn = open_db(db_path)
+    _record(conn, "moved", reads, extents=True)
+    before = {p: [(e.physical, e.length) for e in fiemap(bytes(p))] for p in files}
+    for p in files[:2]:
+        _move_data(bytes(p))
+    os.sync()
+    assert all([(e.physical, e.length) for e in fiemap(bytes(p))] != before[p] for p in files[:2])
+    r = analyze(conn, "moved", Options(probe="disk", algorithm="reorder"))
+    assert r["filemap"]["moved_files"] == 2
+    sched = load_active_schedule(conn, "moved")
+    got = {}
+    for seg in sched.segments:
+        for rg in seg.ranges:
+            if rg.file is not None:
+                got[rg.file.path] = got.get(rg.file.path, 0) + rg.length
+    assert got == {bytes(p): 65536 for p in files}, got
     _check_ranges_hold_the_right_bytes(sched, loop)
 
 

@@ -180,6 +180,9 @@ def test_real_python_launch_resolves_paths(emu_system, tmp_path, needs_tracefs):
     assert pages > 500 and resolved / pages >= 0.95, f"{resolved}/{pages} data pages resolved"
     paths = [f.path for f in files.values() if f.path]
     assert any(p.endswith(b"json/__init__.py") or b"/json/" in p for p in paths)
+    # each resolved file's layout at record time, for mapping after its data moves
+    on_disk = [f for f in files.values() if f.path and f.size and f.dev == emu_system.dev]
+    assert on_disk and all(f.extents for f in on_disk), [f.path for f in on_disk if not f.extents][:5]
     # c_i are non-negative and sum to at most the CPU total
     row = store.get_recording(conn, rid)
     assert sum(r.cpu_before_ns for r in store.load_block_requests(conn, rid)) <= row["cpu_total_s"] * 1e9 + 1

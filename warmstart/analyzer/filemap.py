@@ -1,6 +1,9 @@
 """Map the launch's block ranges to (file, offset, length), so replay fills the right page cache.
 
-A recorded LBA range is mapped through the FIEMAP of the launch's files *as they are now*. A file
+A recorded LBA range is mapped through the FIEMAP the recorder took of the launch's files (where
+the reads found their bytes), and each piece is then placed where the file's bytes are *now*: the
+two differ when data moved after the recording (warmstart relocate, e4defrag). Recordings
+without extents (older ones) are mapped through today's FIEMAP. A file
 is used only if it still has the identity it had at record time (same dev, inode, size, mtime);
 a deleted or changed file is skipped and counted. When the recording has page-cache events for a
 file, a mapped piece must also cover pages the launch really added to that file's cache, so a
@@ -35,6 +38,7 @@ class RecordedFile:
     size: Optional[int]
     mtime_ns: Optional[int]
     ctime_ns: Optional[int] = None
+    extents: Optional[Tuple[Extent, ...]] = None   # FIEMAP at record time; None: not taken
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class FileMapReport:
     files_used: int = 0
     skipped: Dict[str, str] = field(default_factory=dict)    # path -> why (deleted, changed, ...)
     mapped_bytes: int = 0
+    moved_files: int = 0      # files whose bytes moved since the recording (mapped through its extents)
     metadata_bytes: int = 0
     device_bytes: int = 0                                     # unflagged, kept as device ranges
     dropped_unmapped_bytes: int = 0
@@ -138,12 +143,17 @@ class FileMap:
         self.files.append(sf)
         self.extents[sf] = exts
         self.report.files_used += 1
+        recorded = [e for e in rf.extents if mappable(e)] if rf.extents is not None else exts
+        moved = [(e.logical, e.physical, e.length) for e in recorded] != \
+            [(e.logical, e.physical, e.length) for e in exts]
+        self.report.moved_files += moved
         disk, start = disk_of(st.st_dev)
         targets = {(st.st_dev, 0), (disk, start)}
-        for e in exts:
+        for e in recorded:
             for dev, off in targets:
                 s = off + e.physical // 512
-                self._idx.setdefault(dev, []).append((s, s + (e.length + 511) // 512, sf, e.logical, (rf.dev, rf.ino)))
+                self._idx.setdefault(dev, []).append((s, s + (e.length + 511) // 512, sf, e.logical,
+                                                      (rf.dev, rf.ino), (off, exts) if moved else None))
         for lst in self._idx.values():
             lst.sort(key=lambda t: t[0])
 
@@ -167,7 +177,7 @@ class FileMap:
             if i >= len(lst) or lst[i][0] >= end:
                 out.append(self._unmapped(a, cur, end))
                 break
-            s, e, sf, logical, key = lst[i]
+            s, e, sf, logical, key, now = lst[i]
             if s > cur:
                 out.append(self._unmapped(a, cur, s))
                 cur = s
@@ -175,7 +185,10 @@ class FileMap:
             offset = logical + (cur - s) * 512
             length = max(0, min((pe - cur) * 512, sf.size - offset))
             if length and self._page_ok(key, offset, length):
-                out.append(Piece(a.dev, cur, pe - cur, a.is_meta, sf, offset, length))
+                if now is None:
+                    out.append(Piece(a.dev, cur, pe - cur, a.is_meta, sf, offset, length))
+                else:
+                    out.extend(_placed_now(a, sf, offset, length, *now))
                 self.report.mapped_bytes += length
             elif length:
                 self.report.dropped_mismatch_bytes += length
@@ -193,3 +206,17 @@ class FileMap:
             return None
         self.report.device_bytes += n
         return Piece(a.dev, s, e - s, False, None, 0, n)
+
+
+def _placed_now(a: Access, sf: ScheduledFile, offset: int, length: int, base: int,
+                extents: List[Extent]) -> List[Piece]:
+    """File bytes [offset, +length) as pieces where they are now (they moved since recording)."""
+    out = []
+    for e in extents:
+        lo, hi = max(offset, e.logical), min(offset + length, e.logical + e.length)
+        if lo >= hi:
+            continue
+        phys = e.physical + lo - e.logical
+        sector = base + phys // 512
+        out.append(Piece(a.dev, sector, -(-(phys % 512 + hi - lo) // 512), a.is_meta, sf, lo, hi - lo))
+    return out

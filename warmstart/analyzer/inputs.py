@@ -3,11 +3,13 @@
 Plain SELECTs on the tables of schema.py (read-only), returning the analyzer's own types.
 """
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import WarmstartError
+from ..db.schedules import Extent
 from .filemap import RecordedFile
 from .sequence import Request
 
@@ -55,10 +57,11 @@ def files(conn: sqlite3.Connection, rids: Sequence[int]) -> List[RecordedFile]:
     """The files of the recordings; for a (dev, ino) in several, the newest recording's row."""
     by_key: Dict[Tuple[int, int], RecordedFile] = {}
     for rid in sorted(rids):
-        for r in conn.execute("SELECT dev, ino, path, size, mtime_ns, ctime_ns FROM recording_files"
+        for r in conn.execute("SELECT dev, ino, path, size, mtime_ns, ctime_ns, extents_json FROM recording_files"
                               " WHERE recording_id = ?", (rid,)):
+            exts = None if r[6] is None else tuple(Extent(*e) for e in json.loads(r[6]))
             by_key[(r[0], r[1])] = RecordedFile(r[0], r[1], bytes(r[2]) if r[2] is not None else None,
-                                                r[3], r[4], r[5])
+                                                r[3], r[4], r[5], exts)
     return list(by_key.values())
 
 

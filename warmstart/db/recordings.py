@@ -92,9 +92,10 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
                 [(rid, p.pid, p.ppid, p.comm, p.exec_path, p.start_ns, p.exit_ns, p.oncpu_ns)
                  for p in rec.processes])
             conn.executemany(
-                "INSERT INTO recording_files (recording_id, dev, ino, path, size, mtime_ns, ctime_ns)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(rid, f.dev, f.ino, f.path, f.size, f.mtime_ns, f.ctime_ns) for f in rec.files])
+                "INSERT INTO recording_files (recording_id, dev, ino, path, size, mtime_ns, ctime_ns, extents_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(rid, f.dev, f.ino, f.path, f.size, f.mtime_ns, f.ctime_ns,
+                  None if f.extents is None else json.dumps([list(e) for e in f.extents])) for f in rec.files])
     except sqlite3.OperationalError as e:
         if "full" in str(e).lower():
             raise WarmstartError("database disk is full; nothing was stored: free space or pass --db PATH elsewhere")
@@ -151,7 +152,9 @@ def load_page_cache_adds(conn: sqlite3.Connection, recording_id: int) -> List[Pa
 def load_recording_files(conn: sqlite3.Connection, recording_id: int) -> List[FileInfo]:
     rows = conn.execute("SELECT * FROM recording_files WHERE recording_id = ? ORDER BY dev, ino", (recording_id,))
     return [FileInfo(dev=r["dev"], ino=r["ino"], path=bytes(r["path"]) if r["path"] is not None else None,
-                     size=r["size"], mtime_ns=r["mtime_ns"], ctime_ns=r["ctime_ns"]) for r in rows]
+                     size=r["size"], mtime_ns=r["mtime_ns"], ctime_ns=r["ctime_ns"],
+                     extents=None if r["extents_json"] is None else
+                     [tuple(e) for e in json.loads(r["extents_json"])]) for r in rows]
 
 
 def load_processes(conn: sqlite3.Connection, recording_id: int) -> List[Process]:

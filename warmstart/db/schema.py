@@ -216,6 +216,12 @@ CREATE TABLE relocations (
     report_json   TEXT NOT NULL DEFAULT '{}'  -- refusals, model before/after, re-analysis
 );
 """),
+    # Where each file's bytes were when it was recorded, so a recording still maps to files after
+    # their data moved (warmstart relocate, e4defrag): [[logical, physical, length, flags], ...]
+    # in bytes, FIEMAP's mappable extents; NULL when not taken (older recordings, not FIEMAP-able).
+    ("recorded extents", """
+ALTER TABLE recording_files ADD COLUMN extents_json TEXT;
+"""),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -70,6 +70,7 @@ class FileInfo:
     size: Optional[int] = None
     mtime_ns: Optional[int] = None
     ctime_ns: Optional[int] = None
+    extents: Optional[list] = None     # [(logical, physical, length, flags)] bytes, at record time
 
 
 @dataclass

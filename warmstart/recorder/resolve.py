@@ -12,6 +12,7 @@ import stat
 from typing import Dict, Iterable, List, Set, Tuple
 
 from .model import FileInfo
+from ..analyzer.fiemap import fiemap, mappable
 from ..mountinfo import unescape
 
 
@@ -86,4 +87,13 @@ def _found(path: bytes, dev: int, remaining: Set[int], found: Dict) -> None:
     remaining.discard(st.st_ino)
     found[(dev, st.st_ino)] = FileInfo(dev=dev, ino=st.st_ino, path=path,
                                        size=st.st_size if stat.S_ISREG(st.st_mode) else None,
-                                       mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
+                                       mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns,
+                                       extents=_extents(path) if stat.S_ISREG(st.st_mode) else None)
+
+
+def _extents(path: bytes):
+    """Where the file's bytes are now, i.e. where the recorded reads found them."""
+    try:
+        return [(e.logical, e.physical, e.length, e.flags) for e in fiemap(path) if mappable(e)]
+    except OSError:
+        return None   # no FIEMAP here (tmpfs, FUSE, ...): the analyzer uses today's layout

@@ -7,9 +7,9 @@ as the app's new active schedule (params.remapped_from = the old id), so `run` a
 in the new order at once.
 
 Step 2: the analyzer (ANALYZER_HOOK, `warmstart.analyzer.analyze.analyze`) is run on the app's
-recordings. It maps every recorded access through the files' FIEMAP as it is now, so it sees the
-new layout and re-segments (Algorithm 1 with the new, shorter t_i: fewer, longer segments); its
-schedule replaces the remapped one. If it cannot run (no recordings, no device profile and no
+recordings. It maps every recorded access through the FIEMAP the recorder took (where the launch
+found the bytes) and places the pieces where they are now, so it re-segments on the new layout
+(shorter t_i: fewer, longer segments); its schedule replaces the remapped one. If it cannot run (no recordings, no device profile and no
 O_DIRECT probes, ...), the remapped schedule stays active and the report says why.
 """
 
@@ -145,9 +145,9 @@ def _file_bytes(s: Schedule) -> int:
 
 
 def _keep_remap_if_unmapped(conn, name: str, remapped: Schedule, remapped_id: int) -> str:
-    """The analyzer maps the recordings' LBAs through the files' FIEMAP now; data that moved is no
-    longer at its recorded LBA, so it comes out as raw device ranges at the old (freed) places and
-    the files are not prefetched at all (measured: 0 of 21 MiB file bytes for python after a move).
+    """Recordings made before the recorder stored each file's extents are mapped through the files'
+    FIEMAP now; data that moved is no longer at its recorded LBA, so it comes out as raw device
+    ranges at the old (freed) places (measured: 0 of 21 MiB file bytes for python after a move).
     Keep the remapped schedule active when the analyzer's maps fewer file bytes (measured: losing
     the 3 MiB of another app's moved shared files made node's launch 1.9x slower)."""
     active = load_active_schedule(conn, name)
