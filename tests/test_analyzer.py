@@ -114,9 +114,10 @@ def test_sorted_order_is_faster_than_shuffled_on_the_emulated_hdd(emu_hdd):
 
 # ---- end-to-end: a recording made of real files, analyzed against the device --------------------
 
-def _record(conn, name, reads, cpu_ns=2_000_000, lost=0, launch_s=1.0, extents=False):
+def _record(conn, name, reads, cpu_ns=2_000_000, lost=0, launch_s=1.0, extents=False, uses=None):
     """Store a recording whose block requests are where `reads` [(path, offset, length)] are now
-    (with extents: also the files' FIEMAP, as the recorder stores it)."""
+    (with extents: also the files' FIEMAP, as the recorder stores it; with uses [(path, first page,
+    pages)]: the pages the launch used, as the recorder's page-use tracing stores them)."""
     conn.execute("INSERT INTO apps (name, executable, argv_json, created_at) VALUES (?,?,?,?)",
                  (name, b"/bin/true", "[]", time.time()))
     app = conn.execute("SELECT id FROM apps WHERE name = ?", (name,)).fetchone()[0]
@@ -141,6 +142,13 @@ def _record(conn, name, reads, cpu_ns=2_000_000, lost=0, launch_s=1.0, extents=F
                          " VALUES (?,?,?,?,?,?,?)", (rid, seq, seq * 1000, st.st_dev, st.st_ino, lo // 4096,
                                                      (hi - 1) // 4096 - lo // 4096 + 1))
             seq += 1
+    if uses is not None:
+        conn.execute("UPDATE recordings SET env_json = json_set(env_json, '$.used_pages', ?) WHERE id = ?",
+                     (sum(n for _, _, n in uses), rid))
+        for path, first, n in uses:
+            st = os.stat(path)
+            conn.execute("INSERT INTO page_uses (recording_id, dev, ino, first_index, nr_pages) VALUES (?,?,?,?,?)",
+                         (rid, st.st_dev, st.st_ino, first, n))
     for (dev, ino), (path, st) in files.items():
         exts = json.dumps([[e.logical, e.physical, e.length, e.flags] for e in fiemap(path)]) if extents else None
         conn.execute("INSERT OR IGNORE INTO recording_files (recording_id, dev, ino, path, size, mtime_ns, ctime_ns,"
@@ -274,6 +282,31 @@ def test_data_moved_after_recording_is_mapped_through_the_recorded_extents(loop_
                 got[rg.file.path] = got.get(rg.file.path, 0) + rg.length
     assert got == {bytes(p): 65536 for p in files}, got
     _check_ranges_hold_the_right_bytes(sched, loop)
+
+
+def test_only_used_pages_are_fetched_unless_keep_unused(loop_ext4, db_path):
+    """The cold launch read 64 KiB of each file (readahead); it used pages 0-3 and 9 of the first
+    two files and none of the third: the schedule holds exactly those pages."""
+    _need_probe()
+    loop, mnt = loop_ext4
+    files = [bytes(p) for p in _files(mnt / "u", n=3)]
+    conn = open_db(db_path)
+    _record(conn, "trim", [(p, 0, 65536) for p in files],
+            uses=[(files[0], 0, 4), (files[0], 9, 1), (files[1], 0, 4), (files[1], 9, 1), (files[1], 40, 2)])
+    r = analyze(conn, "trim", Options(probe="disk", algorithm="reorder"))
+    got = {}
+    for seg in load_active_schedule(conn, "trim").segments:
+        for rg in seg.ranges:
+            if rg.file is not None:
+                got.setdefault(rg.file.path, []).append((rg.file_offset, rg.length))
+    want = [(0, 4 * 4096), (9 * 4096, 4096)]   # page 40 was used but never read: not fetched
+    assert {p: sorted(v) for p, v in got.items()} == {files[0]: want, files[1]: want}, got
+    assert r["filemap"]["unused_bytes"] == 3 * 65536 - 2 * 5 * 4096
+    _check_ranges_hold_the_right_bytes(load_active_schedule(conn, "trim"), loop)
+    analyze(conn, "trim", Options(probe="disk", algorithm="reorder", trim_unused=False))
+    kept = {rg.file.path: rg.length for seg in load_active_schedule(conn, "trim").segments
+            for rg in seg.ranges if rg.file is not None}
+    assert kept == {p: 65536 for p in files}
 
 
 def test_recording_with_lost_events_is_refused_unless_allowed(loop_ext4, db_path):

@@ -42,6 +42,7 @@ class Options:
     metadata_first: bool = True
     file_metadata: bool = True                # add each file's open() metadata from the fs (ext4meta)
     gap_merge: bool = True
+    trim_unused: bool = True                  # fetch only pages the recorded launch used (page_uses)
     strip_bytes: Optional[int] = None
     stripe_disks: Optional[int] = None
     search_budget_s: float = 0.5              # model search
@@ -187,7 +188,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
 
     say("building the launch sequence")
     seq = build_sequence(conn, recs, opts.runs_threshold)
-    fmap = FileMap(inputs.files(conn, rids), inputs.added_pages(conn, rids))
+    fmap = FileMap(inputs.files(conn, rids), inputs.added_pages(conn, rids),
+                   inputs.used_pages(conn, rids) if opts.trim_unused else None)
     kept, items = map_sequence(seq, fmap)
     if not items:
         raise WarmstartError(f"nothing left to prefetch for {app_name!r} (no reads, or every file changed "

@@ -64,6 +64,7 @@ class FileMapReport:
     skipped: Dict[str, str] = field(default_factory=dict)    # path -> why (deleted, changed, ...)
     mapped_bytes: int = 0
     moved_files: int = 0      # files whose bytes moved since the recording (mapped through its extents)
+    unused_bytes: int = 0     # file bytes the launch read (readahead) but never used: not fetched
     metadata_bytes: int = 0
     device_bytes: int = 0                                     # unflagged, kept as device ranges
     dropped_unmapped_bytes: int = 0
@@ -106,9 +107,11 @@ def _identity_problem(rf: RecordedFile, st: os.stat_result) -> Optional[str]:
 class FileMap:
     """An index from (dev, sector) to the files of a launch, built from their FIEMAP now."""
 
-    def __init__(self, files: Iterable[RecordedFile], added_pages: Optional[Dict[Tuple[int, int], Set[int]]] = None):
+    def __init__(self, files: Iterable[RecordedFile], added_pages: Optional[Dict[Tuple[int, int], Set[int]]] = None,
+                 used_pages: Optional[Dict[Tuple[int, int], List[Tuple[int, int]]]] = None):
         self.report = FileMapReport()
         self.added_pages = added_pages  # (dev, ino) -> page indexes the launch added; None: unknown
+        self.used_pages = used_pages    # (dev, ino) -> sorted (first, last) page runs used; None: keep all
         self.files: List[ScheduledFile] = []
         self.extents: Dict[ScheduledFile, List[Extent]] = {}
         # per device: sorted starts, and (start, end, file, logical_bytes, ino_key)
@@ -163,6 +166,23 @@ class FileMap:
         pages = self.added_pages[key]
         return any(p in pages for p in range(offset // 4096, (offset + length - 1) // 4096 + 1))
 
+    def _used(self, key: Tuple[int, int], offset: int, length: int) -> List[Tuple[int, int]]:
+        """The parts (offset, length) of file bytes [offset, +length) on pages the launch used."""
+        if self.used_pages is None:
+            return [(offset, length)]
+        runs = self.used_pages.get(key, [])
+        end = offset + length
+        out = []
+        i = max(0, bisect.bisect_right(runs, (offset // 4096, 1 << 62)) - 1)
+        for first, last in runs[i:]:
+            lo, hi = max(offset, first * 4096), min(end, (last + 1) * 4096)
+            if first * 4096 >= end:
+                break
+            if lo < hi:
+                out.append((lo, hi - lo))
+        self.report.unused_bytes += length - sum(n for _, n in out)
+        return out
+
     def map_access(self, a: Access) -> List[Piece]:
         """The pieces of p_i, in disk order, with file pieces where the blocks belong to a file."""
         out: List[Piece] = []
@@ -185,11 +205,12 @@ class FileMap:
             offset = logical + (cur - s) * 512
             length = max(0, min((pe - cur) * 512, sf.size - offset))
             if length and self._page_ok(key, offset, length):
-                if now is None:
-                    out.append(Piece(a.dev, cur, pe - cur, a.is_meta, sf, offset, length))
-                else:
-                    out.extend(_placed_now(a, sf, offset, length, *now))
-                self.report.mapped_bytes += length
+                for o, n in self._used(key, offset, length):
+                    if now is None:
+                        out.append(Piece(a.dev, cur + (o - offset) // 512, -(-n // 512), a.is_meta, sf, o, n))
+                    else:
+                        out.extend(_placed_now(a, sf, o, n, *now))
+                    self.report.mapped_bytes += n
             elif length:
                 self.report.dropped_mismatch_bytes += length
             cur = pe

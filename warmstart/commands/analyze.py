@@ -46,13 +46,15 @@ def _text(r):
 @click.option("--no-file-metadata", is_flag=True,
               help="Only the metadata the recording saw, not each file's inode/directory blocks from the fs.")
 @click.option("--no-gap-merge", is_flag=True, help="Do not read through small gaps.")
+@click.option("--keep-unused", is_flag=True,
+              help="Also fetch what the recorded launch read but never used (its readahead).")
 @click.option("--strip-size", type=int, default=None, help="Strip size in bytes of a striped array.")
 @click.option("--stripe-disks", type=int, default=None, help="Member disks of the striped array.")
 @click.option("--dry-run", is_flag=True, help="Analyze but do not store the schedule.")
 @json_option
 @click.pass_obj
 def analyze(ctx, name, probe, algorithm, runs_threshold, recording_ids, allow_lost, no_metadata_first,
-            no_file_metadata, no_gap_merge, strip_size, stripe_disks, dry_run, as_json):
+            no_file_metadata, no_gap_merge, keep_unused, strip_size, stripe_disks, dry_run, as_json):
     """Build the prefetch schedule of app NAME from its recordings.
 
     \b
@@ -64,7 +66,7 @@ def analyze(ctx, name, probe, algorithm, runs_threshold, recording_ids, allow_lo
     """
     opts = Options(probe=probe, algorithm=algorithm, runs_threshold=runs_threshold,
                    recording_ids=recording_ids, allow_lost=allow_lost, metadata_first=not no_metadata_first,
-                   file_metadata=not no_file_metadata, gap_merge=not no_gap_merge, strip_bytes=strip_size, stripe_disks=stripe_disks,
+                   file_metadata=not no_file_metadata, gap_merge=not no_gap_merge, trim_unused=not keep_unused, strip_bytes=strip_size, stripe_disks=stripe_disks,
                    save=not dry_run)
     say = None if as_json else (lambda s: click.echo(f"... {s}", err=True))
     r = run_analysis(ctx.db, name, opts, progress=say)

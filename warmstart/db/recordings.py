@@ -11,7 +11,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from ..errors import WarmstartError
-from ..recorder.model import BlockRequest, FileInfo, PageAdd, Process, Recording
+from ..recorder.model import BlockRequest, FileInfo, PageAdd, Process, Recording, UsedRun
 from .connection import transaction
 
 
@@ -87,6 +87,9 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
                 [(rid, i, a.t_ns, a.dev, a.ino, a.first_index, a.nr_pages)
                  for i, a in enumerate(rec.page_adds, start=1)])
             conn.executemany(
+                "INSERT INTO page_uses (recording_id, dev, ino, first_index, nr_pages) VALUES (?, ?, ?, ?, ?)",
+                [(rid, u.dev, u.ino, u.first_index, u.nr_pages) for u in rec.page_uses or ()])
+            conn.executemany(
                 "INSERT INTO recording_processes (recording_id, pid, ppid, comm, exec_path, start_ns, exit_ns, oncpu_ns)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(rid, p.pid, p.ppid, p.comm, p.exec_path, p.start_ns, p.exit_ns, p.oncpu_ns)
@@ -147,6 +150,12 @@ def load_page_cache_adds(conn: sqlite3.Connection, recording_id: int) -> List[Pa
     rows = conn.execute("SELECT * FROM page_cache_adds WHERE recording_id = ? ORDER BY seq", (recording_id,))
     return [PageAdd(t_ns=r["t_ns"], dev=r["dev"], ino=r["ino"], first_index=r["first_index"],
                     nr_pages=r["nr_pages"]) for r in rows]
+
+
+def load_page_uses(conn: sqlite3.Connection, recording_id: int) -> List[UsedRun]:
+    rows = conn.execute("SELECT * FROM page_uses WHERE recording_id = ? ORDER BY dev, ino, first_index",
+                        (recording_id,))
+    return [UsedRun(dev=r["dev"], ino=r["ino"], first_index=r["first_index"], nr_pages=r["nr_pages"]) for r in rows]
 
 
 def load_recording_files(conn: sqlite3.Connection, recording_id: int) -> List[FileInfo]:

@@ -222,6 +222,19 @@ CREATE TABLE relocations (
     ("recorded extents", """
 ALTER TABLE recording_files ADD COLUMN extents_json TEXT;
 """),
+    # Pages the launch used (read(), faulted or mapped: the filemap get_pages, fault and map_pages
+    # tracepoints), whether they were cached or not, merged into runs per file. The analyzer
+    # fetches only these of what the cold launch read (its readahead reads more).
+    ("page uses", """
+CREATE TABLE page_uses (
+    recording_id  INTEGER NOT NULL REFERENCES recordings(id) ON DELETE CASCADE,
+    dev           INTEGER NOT NULL,
+    ino           INTEGER NOT NULL,
+    first_index   INTEGER NOT NULL,        -- page index (4 KiB) in the file
+    nr_pages      INTEGER NOT NULL,
+    PRIMARY KEY (recording_id, dev, ino, first_index)
+);
+"""),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,8 +16,8 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .events import Event, PAGE_SHIFT, _FILEMAP
-from .model import BlockRequest, PageAdd
+from .events import Event, PAGE_SHIFT, USE_EVENTS, _FILEMAP, _FILEMAP_USE
+from .model import BlockRequest, PageAdd, UsedRun
 from .tasks import TaskTree
 
 PF_KTHREAD = 0x00200000
@@ -74,6 +74,34 @@ def page_adds(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
         runs.append(run)
         open_run[key] = run
     return runs
+
+
+def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: int) -> List[UsedRun]:
+    """Pages the launch's tasks used, merged into runs per file (get_pages ranges are the request,
+    not clipped to the file size: the analyzer only keeps pages the launch also read)."""
+    spans: Dict[Tuple[int, int], List[Tuple[int, int]]] = {}
+    for ev in events:
+        if ev.name not in USE_EVENTS or ev.tid not in tree.tids or not (start_ns <= ev.ts_ns <= end_ns):
+            continue
+        m = _FILEMAP_USE.search(ev.body)
+        if not m:
+            continue
+        first = int(m.group(4)) >> PAGE_SHIFT
+        last = int(m.group(5)) >> PAGE_SHIFT if m.group(5) else first
+        key = (os.makedev(int(m.group(1)), int(m.group(2))), int(m.group(3), 16))
+        spans.setdefault(key, []).append((first, last))
+    out = []
+    for (dev, ino), lst in sorted(spans.items()):
+        lst.sort()
+        lo, hi = lst[0]
+        for a, b in lst[1:]:
+            if a > hi + 1:
+                out.append(UsedRun(dev, ino, lo, hi - lo + 1))
+                lo, hi = a, b
+            else:
+                hi = max(hi, b)
+        out.append(UsedRun(dev, ino, lo, hi - lo + 1))
+    return out
 
 
 def launch_devices(requests: Sequence[BlockRequest], adds: Sequence[PageAdd], tree: TaskTree,

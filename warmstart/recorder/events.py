@@ -22,6 +22,9 @@ _KV = re.compile(rb"(\w+)=(\S*)")
 _BRACKET_COMM = re.compile(rb"\[(.*)\]\s*$")
 
 PAGE_SHIFT = 12
+# mm_filemap_get_pages / map_pages: "dev=M:m ino=X ofs=A-B"; mm_filemap_fault: "dev=M:m ino=X ofs=A"
+_FILEMAP_USE = re.compile(rb"dev=(\d+):(\d+) ino=([0-9a-f]+) ofs=(\d+)(?:-(\d+))?")
+USE_EVENTS = ("mm_filemap_get_pages", "mm_filemap_map_pages", "mm_filemap_fault")
 
 
 @dataclass

@@ -74,6 +74,15 @@ class FileInfo:
 
 
 @dataclass
+class UsedRun:
+    """Consecutive pages of one file the launch used (read, faulted or mapped), cached or not."""
+    dev: int
+    ino: int
+    first_index: int
+    nr_pages: int
+
+
+@dataclass
 class Recording:
     """One recorded launch, times relative to its start; what recordings.insert_recording stores."""
     started_at: float
@@ -89,6 +98,7 @@ class Recording:
     env: Dict = field(default_factory=dict)
     requests: List[BlockRequest] = field(default_factory=list)
     page_adds: List[PageAdd] = field(default_factory=list)
+    page_uses: Optional[List[UsedRun]] = None     # None: not traced (older recorders)
     processes: List[Process] = field(default_factory=list)
     files: List[FileInfo] = field(default_factory=list)
 

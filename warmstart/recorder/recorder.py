@@ -19,7 +19,7 @@ from ..db import recordings as store
 from ..errors import WarmstartError
 from ..launching import LaunchResult, Until, devices_of_paths, launch, resolve_command
 from . import coldcache
-from .attribution import is_block_dev, launch_devices, launch_requests, page_adds
+from .attribution import is_block_dev, launch_devices, launch_requests, page_adds, page_uses
 from .backend import choose_backend
 from .cputime import CpuCurve, assign_cpu
 from .events import parse_lines, split_lines
@@ -29,7 +29,8 @@ from .tasks import build_tree
 from .tracefs import Instance, remove_stale_instances, tracefs_root
 
 TASK_EVENTS = ("sched/sched_process_fork", "sched/sched_process_exec", "sched/sched_process_exit",
-               "sched/sched_stat_runtime", "filemap/mm_filemap_add_to_page_cache")
+               "sched/sched_stat_runtime", "filemap/mm_filemap_add_to_page_cache",
+               "filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_pages", "filemap/mm_filemap_fault")
 
 
 @dataclass
@@ -189,6 +190,7 @@ def _store(conn, name, argv, executable, opts, result, raw_requests, task_events
     start, end = result.start_ns, result.end_ns
     tree = build_tree(task_events, result.pid, start, end)
     adds = page_adds(task_events, tree, start, end)
+    uses = [u for u in page_uses(task_events, tree, start, end) if is_block_dev(u.dev)]
     devices = launch_devices(raw_requests, adds, tree, opts.devices)
     requests = launch_requests(raw_requests, tree, devices, start, end)
     curve = CpuCurve(tree.intervals)
@@ -218,9 +220,10 @@ def _store(conn, name, argv, executable, opts, result, raw_requests, task_events
         "data_pages": data_pages,
         "resolved_data_pages": resolved_pages,
         "task_events": len(task_events),
+        "used_pages": sum(u.nr_pages for u in uses),
     }
     rec = Recording(started_at=started_at, launch_time_s=result.launch_time_s, end_reason=result.end_reason,
                     exit_status=result.exit_status, backend=backend_name, cold_method=cold, lost_events=lost,
                     cpu_total_s=curve.between(start, end) / 1e9, cpu_tail_ns=tail, warm_cpu_s=warm_cpu_s, env=env,
-                    requests=requests, page_adds=adds, processes=procs, files=files)
+                    requests=requests, page_adds=adds, page_uses=uses, processes=procs, files=files)
     return store.insert_recording(conn, name, executable, [os.fsencode(a) for a in argv], rec)

@@ -38,7 +38,7 @@ ALL_MODES = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "se
 DISKS = ("hdd7200", "ssd", "real")
 # mode -> (replayer mode or "none", schedule to activate: "plain", "paper", "ours" or None).
 # The papers' baselines (interleave as FAST, reorder) fetch the launch's blocks as recorded:
-# "plain" is one segment without derived file metadata or gap merging. reorder-ours fetches our
+# "plain" is one segment without derived file metadata, gap merging or trimming to used pages. reorder-ours fetches our
 # schedule whole before the launch, to tell the segmentation's gain from the request shaping's.
 PLAN = {"cold": ("none", None), "warm": ("none", None), "interleave": ("interleave", "plain"),
         "reorder": ("reorder", "plain"), "reorder-ours": ("reorder", "ours"),
@@ -281,7 +281,7 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
                 info["recorded"] = "now"
             say(f"analyzing {name} (plain, paper and ours)")
             _cli(db_path, "analyze", name, "--algorithm", "reorder", "--no-file-metadata", "--no-gap-merge",
-                 "--json")
+                 "--keep-unused", "--json")
             _cli(db_path, "analyze", name, "--algorithm", "paper", "--json")
             _cli(db_path, "analyze", name, "--json")
             scheds = list_schedules(conn, name)
