@@ -11,6 +11,7 @@ from warmstart.recorder.blktrace import parse_blkparse
 from warmstart.recorder.cputime import CpuCurve, assign_cpu
 from warmstart.recorder.events import assemble_requests, parse_lines
 from warmstart.recorder.model import BlockRequest
+from warmstart.recorder.attribution import page_uses
 from warmstart.recorder.tasks import build_tree
 
 FIX = Path(__file__).parent / "recorder_fixtures"
@@ -70,6 +71,24 @@ def test_cpu_time_of_a_multithreaded_tree_and_c_i():
     # c_1: nothing ran before 5 ms; c_2: 15..25 ms = root 10 + thread 5; c_3: p_2 still in flight -> 0
     assert [r.cpu_before_ns for r in reqs] == [0, 15 * ms, 0]
     assert tail == 2 * ms  # 38..40 ms: only the thread still runs (the root stopped at 30 ms)
+
+
+def test_page_uses_merge_reads_faults_and_readahead_requests_of_the_tree():
+    def line(tid, t, event, body):
+        return f"  p-{tid} ({tid:>7}) [000] .....  0.{t:06d}: {event}: {body}".encode()
+    lines = [b"  p-100 (    100) [000] .....  0.000001: sched_process_fork: comm=p pid=100 child_comm=p child_pid=101",
+             # a read() of pages 0-3 whose get_pages missed pages 0-1 (the early return): sync_ra has them
+             line(100, 10, "page_cache_sync_ra", "dev=7:3 ino=2a index=0 req_count=4 order=0 size=8 async_size=4 "
+                  "ra_pages=32 mmap_miss=0 prev_pos=-1"),
+             line(100, 11, "mm_filemap_get_pages", "dev=7:3 ino=2a ofs=8192-16383"),
+             line(101, 12, "mm_filemap_fault", "dev=7:3 ino=2a ofs=40960"),                # page 10
+             line(101, 13, "mm_filemap_map_pages", "dev=7:3 ino=2b ofs=0-65535"),          # pages 0-15
+             line(555, 14, "mm_filemap_get_pages", "dev=7:3 ino=2a ofs=0-1048575"),        # not the tree
+             line(100, 99, "mm_filemap_fault", "dev=7:3 ino=2a ofs=81920")]                # after the end
+    events = sorted(parse_lines(lines), key=lambda e: e.ts_ns)
+    tree = build_tree(events, root=100, start_ns=0, end_ns=50_000)
+    got = [(u.ino, u.first_index, u.nr_pages) for u in page_uses(events, tree, 0, 50_000)]
+    assert got == [(0x2a, 0, 4), (0x2a, 10, 1), (0x2b, 0, 16)]
 
 
 @pytest.mark.parametrize("spec,kind", [("exit", "exit"), ("idle=1.5", "idle"), ("stdout=^ready", "stdout"),

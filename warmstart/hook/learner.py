@@ -104,7 +104,8 @@ class Recorder(threading.Thread):
             root = tracefs_root()
             remove_stale_instances(root)
             watch = devices_of_paths([req["exe"]])
-            with backend_and_tasks(choose_backend, Instance, root, watch, pid, opts) as (backend, tasks):
+            traced = backend_and_tasks(choose_backend, Instance, root, watch, pid, opts)
+            with traced as (backend, tasks):
                 self._answer()  # tracing runs: the daemon may release the exec
                 ready = selectors.DefaultSelector()
                 ready.register(pidfd, selectors.EVENT_READ)
@@ -127,7 +128,8 @@ class Recorder(threading.Thread):
             with self.learner.db() as conn:
                 argv = [os.fsdecode(a) for a in req["argv"]]
                 rid = rec._store(conn, self.name, argv, req["exe"], opts, result, raw, events, lost,
-                                 backend.name, "none (learned from a real launch)", started_at)
+                                 backend.name, "none (learned from a real launch)", started_at,
+                                 uses_traced=traced.uses_traced)
             self.learner.done(self.name, rid, None)
         except Exception as e:  # a failed recording must not take the learner down
             self._answer()
@@ -140,9 +142,11 @@ class backend_and_tasks:
     """Block backend + task-event instance seeded with the traced pid (event-fork adds children)."""
 
     def __init__(self, choose_backend, Instance, root, watch, pid, opts):
-        from ..recorder.recorder import TASK_EVENTS
+        from ..recorder.recorder import TASK_EVENTS, traced_task_events
         self.backend = choose_backend(opts.backend, watch, root, _log)
-        self.tasks = Instance(root, "task", TASK_EVENTS, buffer_kb=opts.buffer_kb,
+        events = traced_task_events(root)
+        self.uses_traced = events != TASK_EVENTS
+        self.tasks = Instance(root, "task", events, buffer_kb=opts.buffer_kb,
                               options=("record-tgid", "event-fork"), event_pids=[pid])
 
     def __enter__(self):

@@ -16,7 +16,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .events import Event, PAGE_SHIFT, USE_EVENTS, _FILEMAP, _FILEMAP_USE
+from .events import Event, PAGE_SHIFT, RA_EVENTS, USE_EVENTS, _FILEMAP, _FILEMAP_USE, _READAHEAD
 from .model import BlockRequest, PageAdd, UsedRun
 from .tasks import TaskTree
 
@@ -81,13 +81,22 @@ def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
     not clipped to the file size: the analyzer only keeps pages the launch also read)."""
     spans: Dict[Tuple[int, int], List[Tuple[int, int]]] = {}
     for ev in events:
-        if ev.name not in USE_EVENTS or ev.tid not in tree.tids or not (start_ns <= ev.ts_ns <= end_ns):
+        if ev.tid not in tree.tids or not (start_ns <= ev.ts_ns <= end_ns):
             continue
-        m = _FILEMAP_USE.search(ev.body)
-        if not m:
+        if ev.name in USE_EVENTS:
+            m = _FILEMAP_USE.search(ev.body)
+            if not m:
+                continue
+            first = int(m.group(4)) >> PAGE_SHIFT
+            last = int(m.group(5)) >> PAGE_SHIFT if m.group(5) else first
+        elif ev.name in RA_EVENTS:   # the pages a read() asked for (an mmap's: its whole window)
+            m = _READAHEAD.search(ev.body)
+            if not m:
+                continue
+            first = int(m.group(4))
+            last = first + max(1, int(m.group(5))) - 1
+        else:
             continue
-        first = int(m.group(4)) >> PAGE_SHIFT
-        last = int(m.group(5)) >> PAGE_SHIFT if m.group(5) else first
         key = (os.makedev(int(m.group(1)), int(m.group(2))), int(m.group(3), 16))
         spans.setdefault(key, []).append((first, last))
     out = []

@@ -24,7 +24,10 @@ _BRACKET_COMM = re.compile(rb"\[(.*)\]\s*$")
 PAGE_SHIFT = 12
 # mm_filemap_get_pages / map_pages: "dev=M:m ino=X ofs=A-B"; mm_filemap_fault: "dev=M:m ino=X ofs=A"
 _FILEMAP_USE = re.compile(rb"dev=(\d+):(\d+) ino=([0-9a-f]+) ofs=(\d+)(?:-(\d+))?")
+# page_cache_sync_ra / async_ra: "dev=M:m ino=X index=N req_count=C ..." (pages)
+_READAHEAD = re.compile(rb"dev=(\d+):(\d+) ino=([0-9a-f]+) index=(\d+) req_count=(\d+)")
 USE_EVENTS = ("mm_filemap_get_pages", "mm_filemap_map_pages", "mm_filemap_fault")
+RA_EVENTS = ("page_cache_sync_ra", "page_cache_async_ra")
 
 
 @dataclass

@@ -29,8 +29,19 @@ from .tasks import build_tree
 from .tracefs import Instance, remove_stale_instances, tracefs_root
 
 TASK_EVENTS = ("sched/sched_process_fork", "sched/sched_process_exec", "sched/sched_process_exit",
-               "sched/sched_stat_runtime", "filemap/mm_filemap_add_to_page_cache",
-               "filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_pages", "filemap/mm_filemap_fault")
+               "sched/sched_stat_runtime", "filemap/mm_filemap_add_to_page_cache")
+# Page uses (attribution.page_uses). get_pages alone misses the first part of a read() whose last
+# page is still being read (filemap_get_pages returns early without its tracepoint), so the
+# read()'s own readahead requests (sync: the requested pages; async: from the marker page on)
+# count too. Kernels without the readahead tracepoints (before 6.14) record no uses.
+USE_EVENTS = ("filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_pages", "filemap/mm_filemap_fault",
+              "readahead/page_cache_sync_ra", "readahead/page_cache_async_ra")
+
+
+def traced_task_events(root) -> tuple:
+    """TASK_EVENTS, plus USE_EVENTS if this kernel has all of them."""
+    have = all((root / "events" / ev).is_dir() for ev in USE_EVENTS)
+    return TASK_EVENTS + (USE_EVENTS if have else ())
 
 
 @dataclass
@@ -130,7 +141,8 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
         backend = stack.enter_context(choose_backend(opts.backend, watch, root, say))
         # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
         # event-fork adds CMD (forked by this thread) and everything CMD forks
-        tasks = stack.enter_context(Instance(root, "task", TASK_EVENTS, buffer_kb=opts.buffer_kb,
+        events = traced_task_events(root)
+        tasks = stack.enter_context(Instance(root, "task", events, buffer_kb=opts.buffer_kb,
                                              options=("record-tgid", "event-fork"),
                                              event_pids=[threading.get_native_id()]))
         tasks.start()
@@ -151,7 +163,7 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
     _refuse_bad_end(result, opts)
     warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
     return _store(conn, name, argv, executable, opts, result, raw_requests, task_events,
-                  lost, backend.name, cold, started_at, warm_cpu)
+                  lost, backend.name, cold, started_at, warm_cpu, uses_traced=events != TASK_EVENTS)
 
 
 def _warm_cpu_s(argv, opts: RecordOptions, traced: LaunchResult, devices, say) -> Optional[float]:
@@ -186,11 +198,11 @@ def _refuse_bad_end(result: LaunchResult, opts: RecordOptions) -> None:
 
 
 def _store(conn, name, argv, executable, opts, result, raw_requests, task_events, lost, backend_name,
-           cold, started_at, warm_cpu_s=None) -> int:
+           cold, started_at, warm_cpu_s=None, uses_traced=False) -> int:
     start, end = result.start_ns, result.end_ns
     tree = build_tree(task_events, result.pid, start, end)
     adds = page_adds(task_events, tree, start, end)
-    uses = [u for u in page_uses(task_events, tree, start, end) if is_block_dev(u.dev)]
+    uses = [u for u in page_uses(task_events, tree, start, end) if is_block_dev(u.dev)] if uses_traced else None
     devices = launch_devices(raw_requests, adds, tree, opts.devices)
     requests = launch_requests(raw_requests, tree, devices, start, end)
     curve = CpuCurve(tree.intervals)
@@ -220,8 +232,9 @@ def _store(conn, name, argv, executable, opts, result, raw_requests, task_events
         "data_pages": data_pages,
         "resolved_data_pages": resolved_pages,
         "task_events": len(task_events),
-        "used_pages": sum(u.nr_pages for u in uses),
     }
+    if uses is not None:
+        env["used_pages"] = sum(u.nr_pages for u in uses)   # marks a recording that traced uses
     rec = Recording(started_at=started_at, launch_time_s=result.launch_time_s, end_reason=result.end_reason,
                     exit_status=result.exit_status, backend=backend_name, cold_method=cold, lost_events=lost,
                     cpu_total_s=curve.between(start, end) / 1e9, cpu_tail_ns=tail, warm_cpu_s=warm_cpu_s, env=env,
