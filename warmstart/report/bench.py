@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from ..analyzer.probe import check_direct, device_path
-from ..analyzer.profile import measure_through_file
+from ..analyzer.profile import measure, measure_through_file
 from ..db import launches as launches_db
 from ..db.profiles import latest_profile, save_profile
 from ..db.schedules import list_schedules
@@ -92,9 +92,15 @@ class DiskUnderTest:
 
 
 def ensure_profile(conn, dut, say) -> None:
-    """The machine's own disk: if its node refuses O_DIRECT (this VM's /dev/vda does, even for
-    root), analyze cannot probe it; profile it once through a file on it, so analyze uses the model."""
+    """A device profile, as an installation has after `warmstart profile-disk`: analyze then uses
+    it (hybrid probes, competitive gap merging). An emulated disk is new in every run (and its
+    loop device may have held another disk model before): profile it now, 4 s on hdd7200. The
+    machine's own disk: if its node refuses O_DIRECT (this VM's /dev/vda does, even for root),
+    analyze cannot probe it; profile it once through a file on it, so analyze uses the model."""
     if dut.emu is not None:
+        say(f"profiling the emulated {dut.kind} disk ({dut.emu.loop_dev})")
+        prof, took = measure(dut.emu.loop_dev)
+        save_profile(conn, dut.emu.loop_dev, dut.fs_dev, prof, took)
         return
     try:
         check_direct(device_path(dut.fs_dev))
