@@ -151,7 +151,7 @@ def _keep_remap_if_unmapped(conn, name: str, remapped: Schedule, remapped_id: in
     Keep the remapped schedule active when the analyzer's maps fewer file bytes (measured: losing
     the 3 MiB of another app's moved shared files made node's launch 1.9x slower)."""
     active = load_active_schedule(conn, name)
-    if active is None or active.id == remapped_id:
+    if active is None or active.id == remapped_id or _recorded_extents(conn, name):
         return ""
     got, want = _file_bytes(active), _file_bytes(remapped)
     if got >= want:
@@ -160,6 +160,15 @@ def _keep_remap_if_unmapped(conn, name: str, remapped: Schedule, remapped_id: in
                  (remapped_id, name))
     return (f"; its schedule {active.id} maps only {got / 2**20:.1f} of {want / 2**20:.1f} MiB to files (the recorded "
             f"LBAs predate the move): the remapped schedule {remapped_id} stays active")
+
+
+def _recorded_extents(conn, name: str) -> bool:
+    """Do all of the app's recordings carry their files' extents (so the re-run maps moved data)?
+    Their file bytes may then legitimately differ from the remap's (other gaps merged)."""
+    row = conn.execute("SELECT COUNT(*) FROM recording_files f JOIN recordings r ON r.id = f.recording_id"
+                       " JOIN apps a ON a.id = r.app_id WHERE a.name = ? AND f.path IS NOT NULL"
+                       " AND f.size > 0 AND f.extents_json IS NULL", (name,)).fetchone()
+    return row[0] == 0
 
 
 def _run_analyzer(conn, hook, name: str, old: Schedule) -> str:
