@@ -36,9 +36,11 @@ def _layout(xs):
 
 
 @settings(max_examples=150, deadline=None)
-@given(sorted_pieces, st.integers(0, 1 << 21))
-def test_gap_merge_covers_everything_and_counts_exactly_the_gaps_read(pieces, limit):
-    merged, stats = merge_gaps(pieces, limit)
+@given(sorted_pieces, st.integers(0, 1 << 21), st.sampled_from([None, 8192, 65536]))
+def test_gap_merge_covers_everything_and_counts_exactly_the_gaps_read(pieces, limit, cheap):
+    # worth: a distance-dependent switch cost; here gaps up to `cheap` bytes are worth reading
+    worth = None if cheap is None else (lambda gap: gap <= cheap)
+    merged, stats = merge_gaps(pieces, limit, worth)
     assert _sectors(pieces) <= _sectors(merged)
     assert (len(_sectors(merged)) - len(_sectors(pieces))) * 512 == stats.waste_bytes
     assert len(merged) == len(pieces) - stats.merged_gaps - sum(
@@ -50,8 +52,18 @@ def test_gap_merge_covers_everything_and_counts_exactly_the_gaps_read(pieces, li
     for a, b in zip(merged, merged[1:]):
         gap = (b.sector - a.end) * 512
         assert gap >= 0
-        if gap <= limit and _mergeable(a, b):
+        if gap <= limit and _mergeable(a, b) and (worth is None or gap == 0 or worth(gap)):
             raise AssertionError("a mergeable gap under the limit was left")
+    # every gap read through was under the limit and worth reading
+    covered = _sectors(pieces)
+    for p in merged:
+        run = 0
+        for sec in range(p.sector, p.end + 1):
+            if sec < p.end and sec not in covered:
+                run += 1
+            elif run:
+                assert run * 512 <= limit and (worth is None or worth(run * 512)), run
+                run = 0
 
 
 def _mergeable(a, b):

@@ -298,6 +298,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     if strip is None:
         strip, disks = geometry_from_sysfs(dev)
     gap_bytes = prof.gap_merge_bytes if (prof and opts.gap_merge) else 0
+    # read through a gap when its transfer costs less than the switch over that distance
+    worth = (lambda gap: gap / prof.r_tr_Bps <= float(prof.seek_s(gap))) if gap_bytes else None
     waste = merged_gaps = skipped_gaps = 0
     segments: List[Segment] = []
     for i, (a, b) in enumerate(chosen.segments):
@@ -306,8 +308,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
             # merge within each sweep (metadata, data) only: never across the two
             meta = [p for p in pieces if p.file is None] if opts.metadata_first else []
             data = pieces[len(meta):]
-            m1, s1 = merge_gaps(meta, gap_bytes)
-            m2, s2 = merge_gaps(data, gap_bytes)
+            m1, s1 = merge_gaps(meta, gap_bytes, worth)
+            m2, s2 = merge_gaps(data, gap_bytes, worth)
             pieces = m1 + m2
             waste += s1.waste_bytes + s2.waste_bytes
             merged_gaps += s1.merged_gaps + s2.merged_gaps
