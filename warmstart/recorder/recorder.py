@@ -34,14 +34,15 @@ TASK_EVENTS = ("sched/sched_process_fork", "sched/sched_process_exec", "sched/sc
 # page is still being read (filemap_get_pages returns early without its tracepoint), so the
 # read()'s own readahead requests (sync: the requested pages; async: from the marker page on)
 # count too. Kernels without the readahead tracepoints (before 6.14) record no uses.
-USE_EVENTS = ("filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_pages", "filemap/mm_filemap_fault",
-              "readahead/page_cache_sync_ra", "readahead/page_cache_async_ra")
+PAGE_USE_TRACEPOINTS = ("filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_pages",
+                        "filemap/mm_filemap_fault", "readahead/page_cache_sync_ra",
+                        "readahead/page_cache_async_ra")
 
 
 def traced_task_events(root) -> tuple:
-    """TASK_EVENTS, plus USE_EVENTS if this kernel has all of them."""
-    have = all((root / "events" / ev).is_dir() for ev in USE_EVENTS)
-    return TASK_EVENTS + (USE_EVENTS if have else ())
+    """TASK_EVENTS, plus PAGE_USE_TRACEPOINTS if this kernel has all of them."""
+    have = all((root / "events" / ev).is_dir() for ev in PAGE_USE_TRACEPOINTS)
+    return TASK_EVENTS + (PAGE_USE_TRACEPOINTS if have else ())
 
 
 @dataclass
