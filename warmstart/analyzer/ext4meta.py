@@ -73,8 +73,7 @@ class Ext4:
     def inode_location(self, ino: int) -> Tuple[int, bytes]:
         """(block number holding inode ino, the inode's bytes)."""
         group, index = divmod(ino - 1, self.ipg)
-        table = self._table(group)[0]
-        off = table * self.bs + index * self.inode_size
+        off = self._table(group)[0] * self.bs + index * self.inode_size
         return off // self.bs, os.pread(self.fd, self.inode_size, off)
 
     def _table(self, group: int) -> Tuple[int, int]:
@@ -90,10 +89,9 @@ class Ext4:
             self._tables[group] = (table, (self.ipg - unused) // per_block)
         return self._tables[group]
 
-    def inode_readahead(self, ino: int) -> List[int]:
-        """The inode-table blocks ext4 reads with ino's (__ext4_get_inode_loc): the aligned
-        window of ra_blks blocks, clipped to the group's table and its used part."""
-        blk = self.inode_location(ino)[0]
+    def inode_readahead(self, ino: int, blk: int) -> List[int]:
+        """The inode-table blocks ext4 reads with ino's block blk (__ext4_get_inode_loc): the
+        aligned window of ra_blks blocks, clipped to the group's table and its used part."""
         if self.ra_blks <= 1:
             return [blk]
         table, used = self._table((ino - 1) // self.ipg)
@@ -163,8 +161,8 @@ class MetadataFinder:
         return fs if isinstance(fs, Ext4) else None
 
     def _inode_blocks(self, fs: Ext4, path: bytes, st: os.stat_result, is_dir: bool) -> List[int]:
-        inode = fs.inode_location(st.st_ino)[1]
-        blocks = fs.inode_readahead(st.st_ino) + fs.tree_blocks(inode)
+        blk, inode = fs.inode_location(st.st_ino)
+        blocks = fs.inode_readahead(st.st_ino, blk) + fs.tree_blocks(inode)
         if is_dir:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

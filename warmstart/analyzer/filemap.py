@@ -175,9 +175,9 @@ class FileMap:
         out = []
         i = max(0, bisect.bisect_right(runs, (offset // 4096, 1 << 62)) - 1)
         for first, last in runs[i:]:
-            lo, hi = max(offset, first * 4096), min(end, (last + 1) * 4096)
             if first * 4096 >= end:
                 break
+            lo, hi = max(offset, first * 4096), min(end, (last + 1) * 4096)
             if lo < hi:
                 out.append((lo, hi - lo))
         self.report.unused_bytes += length - sum(n for _, n in out)

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import WarmstartError
 from ..db.schedules import Extent
+from ..recorder.attribution import merge_runs
 from .filemap import RecordedFile
 from .sequence import Request
 
@@ -68,25 +69,19 @@ def files(conn: sqlite3.Connection, rids: Sequence[int]) -> List[RecordedFile]:
 def used_pages(conn: sqlite3.Connection, rids: Sequence[int]) -> Optional[Dict[Tuple[int, int], List[Tuple[int, int]]]]:
     """(dev, ino) -> sorted runs (first, last page) the launches used, over all recordings; None
     if any recording predates page-use tracing (then nothing is trimmed)."""
+    if not rids:
+        return None
     traced = conn.execute(f"SELECT COUNT(*) FROM recordings WHERE id IN ({','.join('?' * len(rids))})"
                           " AND json_extract(env_json, '$.used_pages') IS NOT NULL", list(rids)).fetchone()[0]
-    if not rids or traced < len(rids):
+    if traced < len(rids):
         return None
-    out: Dict[Tuple[int, int], List[Tuple[int, int]]] = {}
+    spans: Dict[Tuple[int, int], List[Tuple[int, int]]] = {}
     for rid in rids:
         for dev, ino, first, n in conn.execute("SELECT dev, ino, first_index, nr_pages FROM page_uses"
                                                " WHERE recording_id = ?", (rid,)):
-            out.setdefault((dev, ino), []).append((first, first + n - 1))
-    for key, runs in out.items():
-        runs.sort()
-        merged = [list(runs[0])]
-        for a, b in runs[1:]:   # several recordings: their union, as disjoint runs
-            if a > merged[-1][1] + 1:
-                merged.append([a, b])
-            else:
-                merged[-1][1] = max(merged[-1][1], b)
-        out[key] = [tuple(r) for r in merged]
-    return out
+            spans.setdefault((dev, ino), []).append((first, first + n - 1))
+    # several recordings: their union, as disjoint runs (FileMap bisects them)
+    return {key: merge_runs(s) for key, s in spans.items()}
 
 
 def added_pages(conn: sqlite3.Connection, rids: Sequence[int]) -> Optional[Dict[Tuple[int, int], Set[int]]]:

@@ -99,18 +99,19 @@ def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
             continue
         key = (os.makedev(int(m.group(1)), int(m.group(2))), int(m.group(3), 16))
         spans.setdefault(key, []).append((first, last))
-    out = []
-    for (dev, ino), lst in sorted(spans.items()):
-        lst.sort()
-        lo, hi = lst[0]
-        for a, b in lst[1:]:
-            if a > hi + 1:
-                out.append(UsedRun(dev, ino, lo, hi - lo + 1))
-                lo, hi = a, b
-            else:
-                hi = max(hi, b)
-        out.append(UsedRun(dev, ino, lo, hi - lo + 1))
-    return out
+    return [UsedRun(dev, ino, lo, hi - lo + 1)
+            for (dev, ino), lst in sorted(spans.items()) for lo, hi in merge_runs(lst)]
+
+
+def merge_runs(spans: Iterable[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """Inclusive (first, last) page spans as sorted disjoint runs; overlapping or adjacent ones join."""
+    out: List[List[int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
 
 
 def launch_devices(requests: Sequence[BlockRequest], adds: Sequence[PageAdd], tree: TaskTree,
