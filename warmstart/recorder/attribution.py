@@ -16,7 +16,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .events import Event, PAGE_SHIFT, RA_EVENTS, USE_EVENTS, _FILEMAP, _FILEMAP_USE, _READAHEAD
+from .events import Event, PAGE_SHIFT, RA_EVENTS, USE_EVENTS, _FILEMAP, _READAHEAD, filemap_pages
 from .model import BlockRequest, PageAdd, UsedRun
 from .tasks import TaskTree
 
@@ -84,21 +84,19 @@ def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
         if ev.tid not in tree.tids or not (start_ns <= ev.ts_ns <= end_ns):
             continue
         if ev.name in USE_EVENTS:
-            m = _FILEMAP_USE.search(ev.body)
-            if not m:
+            f = filemap_pages(ev.body)
+            if f is None:
                 continue
-            first = int(m.group(4)) >> PAGE_SHIFT
-            last = int(m.group(5)) >> PAGE_SHIFT if m.group(5) else first
+            dev, ino, first, n = f
         elif ev.name in RA_EVENTS:   # the pages a read() asked for (an mmap's: its whole window)
             m = _READAHEAD.search(ev.body)
             if not m:
                 continue
-            first = int(m.group(4))
-            last = first + max(1, int(m.group(5))) - 1
+            dev, ino = os.makedev(int(m.group(1)), int(m.group(2))), int(m.group(3), 16)
+            first, n = int(m.group(4)), max(1, int(m.group(5)))
         else:
             continue
-        key = (os.makedev(int(m.group(1)), int(m.group(2))), int(m.group(3), 16))
-        spans.setdefault(key, []).append((first, last))
+        spans.setdefault((dev, ino), []).append((first, first + n - 1))
     return [UsedRun(dev, ino, lo, hi - lo + 1)
             for (dev, ino), lst in sorted(spans.items()) for lo, hi in merge_runs(lst)]
 

@@ -6,6 +6,7 @@ The timestamp is CLOCK_MONOTONIC (the instance's trace_clock is set to "mono") i
 microsecond digits; we keep integer nanoseconds.
 """
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
@@ -22,8 +23,11 @@ _KV = re.compile(rb"(\w+)=(\S*)")
 _BRACKET_COMM = re.compile(rb"\[(.*)\]\s*$")
 
 PAGE_SHIFT = 12
-# mm_filemap_get_pages / map_pages: "dev=M:m ino=X ofs=A-B"; mm_filemap_fault: "dev=M:m ino=X ofs=A"
-_FILEMAP_USE = re.compile(rb"dev=(\d+):(\d+) ino=([0-9a-f]+) ofs=(\d+)(?:-(\d+))?")
+# The file and pages of a filemap event (offsets in bytes): mm_filemap_add_to_page_cache
+# "dev M:m ino X pfn=.. ofs=A order=N", mm_filemap_get_pages / map_pages "dev=M:m ino=X ofs=A-B",
+# mm_filemap_fault "dev=M:m ino=X ofs=A"
+_DEV_INO = re.compile(rb"dev[ =](\d+):(\d+) ino[ =]([0-9a-f]+)")
+_OFS = re.compile(rb"ofs=(\d+)(?:-(\d+)| order=(\d+))?")
 # page_cache_sync_ra / async_ra: "dev=M:m ino=X index=N req_count=C ..." (pages)
 _READAHEAD = re.compile(rb"dev=(\d+):(\d+) ino=([0-9a-f]+) index=(\d+) req_count=(\d+)")
 USE_EVENTS = ("mm_filemap_get_pages", "mm_filemap_map_pages", "mm_filemap_fault")
@@ -45,6 +49,20 @@ def _ns(sec: bytes, frac: bytes) -> int:
     # the fraction has 6 digits (us) for clocks in ns; pad/trim generically
     f = (frac + b"000000000")[:9]
     return int(sec) * 1_000_000_000 + int(f)
+
+
+def filemap_pages(body: bytes) -> Optional[Tuple[int, int, int, int]]:
+    """(dev, ino, first page, number of pages) of a filemap event's body; None if it names none.
+    One parser for the recorder's page uses and the fallback's online tracer."""
+    d, o = _DEV_INO.search(body), _OFS.search(body)
+    if d is None or o is None:
+        return None
+    first = int(o.group(1)) >> PAGE_SHIFT
+    if o.group(2) is not None:
+        n = (int(o.group(2)) >> PAGE_SHIFT) - first + 1
+    else:
+        n = 1 << int(o.group(3) or 0)
+    return os.makedev(int(d.group(1)), int(d.group(2))), int(d.group(3), 16), first, n
 
 
 def parse_line(line: bytes) -> Optional[Event]:

@@ -19,9 +19,6 @@ from ..recorder.tracefs import tracefs_root
 
 EVENTS = ("filemap/mm_filemap_add_to_page_cache", "filemap/mm_filemap_get_pages",
           "filemap/mm_filemap_fault", "filemap/mm_filemap_map_pages", "sched/sched_process_fork")
-DEV_INO = re.compile(rb"dev[ =](\d+):(\d+) ino[ =]([0-9a-f]+)")
-OFS_RANGE = re.compile(rb"ofs=(\d+)-(\d+)")
-OFS_ONE = re.compile(rb"ofs=(\d+)(?: order=(\d+))?")
 FORK = re.compile(rb"pid=(\d+) child_comm=.* child_pid=(\d+)")
 PAGE = 4096
 
@@ -52,18 +49,10 @@ def parse_line(line: bytes, parents: Dict[int, int]) -> Optional[PageEvent]:
             parents[int(f.group(2))] = int(f.group(1))
         return None
     kind = KINDS.get(name)
-    d = DEV_INO.search(rest)
-    if kind is None or d is None:
+    pages = events.filemap_pages(rest) if kind is not None else None
+    if pages is None:
         return None
-    dev, ino = os.makedev(int(d.group(1)), int(d.group(2))), int(d.group(3), 16)
-    r = OFS_RANGE.search(rest)
-    if r:
-        first, last = int(r.group(1)) // PAGE, int(r.group(2)) // PAGE
-        return PageEvent(t, pid, kind, dev, ino, first, last - first + 1)
-    o = OFS_ONE.search(rest)
-    if not o:
-        return None
-    return PageEvent(t, pid, kind, dev, ino, int(o.group(1)) // PAGE, 1 << int(o.group(2) or 0))
+    return PageEvent(t, pid, kind, *pages)
 
 
 class Tracer:
