@@ -142,10 +142,9 @@ class backend_and_tasks:
     """Block backend + task-event instance seeded with the traced pid (event-fork adds children)."""
 
     def __init__(self, choose_backend, Instance, root, watch, pid, opts):
-        from ..recorder.recorder import TASK_EVENTS, traced_task_events
+        from ..recorder.recorder import traced_task_events
         self.backend = choose_backend(opts.backend, watch, root, _log)
-        events = traced_task_events(root)
-        self.uses_traced = events != TASK_EVENTS
+        events, self.uses_traced = traced_task_events(root)
         self.tasks = Instance(root, "task", events, buffer_kb=opts.buffer_kb,
                               options=("record-tgid", "event-fork"), event_pids=[pid])
 

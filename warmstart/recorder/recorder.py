@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..db import recordings as store
 from ..errors import WarmstartError
@@ -39,10 +39,10 @@ PAGE_USE_TRACEPOINTS = ("filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_
                         "readahead/page_cache_async_ra")
 
 
-def traced_task_events(root) -> tuple:
-    """TASK_EVENTS, plus PAGE_USE_TRACEPOINTS if this kernel has all of them."""
+def traced_task_events(root) -> Tuple[tuple, bool]:
+    """(TASK_EVENTS plus PAGE_USE_TRACEPOINTS if this kernel has all of them, whether it has)."""
     have = all((root / "events" / ev).is_dir() for ev in PAGE_USE_TRACEPOINTS)
-    return TASK_EVENTS + (PAGE_USE_TRACEPOINTS if have else ())
+    return TASK_EVENTS + (PAGE_USE_TRACEPOINTS if have else ()), have
 
 
 @dataclass
@@ -142,7 +142,7 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
         backend = stack.enter_context(choose_backend(opts.backend, watch, root, say))
         # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
         # event-fork adds CMD (forked by this thread) and everything CMD forks
-        events = traced_task_events(root)
+        events, uses_traced = traced_task_events(root)
         tasks = stack.enter_context(Instance(root, "task", events, buffer_kb=opts.buffer_kb,
                                              options=("record-tgid", "event-fork"),
                                              event_pids=[threading.get_native_id()]))
@@ -164,7 +164,7 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
     _refuse_bad_end(result, opts)
     warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
     return _store(conn, name, argv, executable, opts, result, raw_requests, task_events,
-                  lost, backend.name, cold, started_at, warm_cpu, uses_traced=events != TASK_EVENTS)
+                  lost, backend.name, cold, started_at, warm_cpu, uses_traced=uses_traced)
 
 
 def _warm_cpu_s(argv, opts: RecordOptions, traced: LaunchResult, devices, say) -> Optional[float]:
