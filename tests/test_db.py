@@ -3,6 +3,7 @@
 import hashlib
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 
@@ -123,3 +124,43 @@ def test_cli_reports_corrupt_database_without_traceback(db_path):
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "not an SQLite database" in proc.stderr and "--db PATH" in proc.stderr
+
+
+def _mode(p):
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+def test_new_database_is_private_from_the_first_write(tmp_path):
+    """The database holds command lines and the paths of every file a launch read: owner only,
+    with its WAL and shared-memory files too, whatever the umask."""
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "new.db"
+        conn = open_db(path)
+        conn.execute("CREATE TABLE t (x)")  # forces the -wal file
+        assert _mode(path) == 0o600
+        for side in (f"{path}-wal", f"{path}-shm"):
+            assert _mode(side) == 0o600, side
+        conn.close()
+    finally:
+        os.umask(old)
+
+
+def test_readable_database_of_an_older_version_is_tightened(tmp_path):
+    path = tmp_path / "old.db"
+    open_db(path).close()
+    os.chmod(path, 0o644)
+    open_db(path).close()
+    assert _mode(path) == 0o600
+
+
+def test_foreign_database_keeps_its_mode(tmp_path):
+    path = tmp_path / "foreign.db"
+    other = sqlite3.connect(path)
+    other.execute("PRAGMA application_id = 1234")
+    other.execute("CREATE TABLE theirs (x)")
+    other.close()
+    os.chmod(path, 0o644)
+    with pytest.raises(WarmstartError, match="another program"):
+        open_db(path)
+    assert _mode(path) == 0o644

@@ -52,6 +52,32 @@ def _split_sql(script: str):
         yield statement
 
 
+PRIVATE_MODE = 0o600  # the database holds command lines and the paths of every file a launch read
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner only (SQLite gives its -wal and -shm files
+    the database's mode)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_MODE))
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise WarmstartError(f"cannot create database {path}: {e.strerror}; pass --db PATH to a writable place")
+
+
+def _tighten(path: Path) -> None:
+    """Make a database we own that an older warmstart left readable by others private. chmod
+    only: opening the file and closing that fd would drop this process's POSIX locks on it."""
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            st = p.stat()
+            if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+                os.chmod(p, PRIVATE_MODE)
+        except OSError:
+            pass  # absent, or not ours to change
+
+
 def open_db(path: Optional[Union[str, os.PathLike]] = None) -> sqlite3.Connection:
     """Open the database at `path` (default: see paths.default_db_path), creating it if absent.
 
@@ -66,6 +92,7 @@ def open_db(path: Optional[Union[str, os.PathLike]] = None) -> sqlite3.Connectio
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise WarmstartError(f"cannot create {path.parent}: {e.strerror}; pass --db PATH to a writable place")
+        _create_private(path)
     conn = None
     try:
         conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
@@ -73,6 +100,7 @@ def open_db(path: Optional[Union[str, os.PathLike]] = None) -> sqlite3.Connectio
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA busy_timeout = 30000")
         _check_ours(conn, path)  # before anything that could write to a foreign file
+        _tighten(path)
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
