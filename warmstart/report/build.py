@@ -26,7 +26,8 @@ def make_figures(conn, launches: list, summaries: list, plot_dir: Path, progress
         figures.normalised(summaries, plot_dir / "normalised"))
     for s in summaries:
         panels = timeline.pick(conn, launches, s["app"], s["disk"], s["prefetch_method"])
-        add(f"Figure: timeline of {s['app']} on {s['disk']} (cold vs {s['prefetch_method']})",
+        shown = " vs ".join(p["label"].split(",")[0] for p in panels)
+        add(f"Figure: timeline of {s['app']} on {s['disk']}: {shown}",
             figures.timeline(s["app"], panels, plot_dir / f"timeline-{_slug(s['app'])}-{_slug(s['disk'])}"))
         if progress:
             progress()

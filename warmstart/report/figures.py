@@ -42,6 +42,15 @@ def _save(fig, stem: Path) -> list:
     return paths
 
 
+def _legend_outside(ax, handles=None, labels=None, ncol=1):
+    """The legend to the right of the axes, outside them: it never covers a data point."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, fontsize=7, ncol=ncol, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  borderaxespad=0.0, frameon=False)
+
+
 def normalised(summaries, stem: Path) -> list:
     """Bars of median launch time / cold median per app and method; whiskers span min..max."""
     rows = [s for s in summaries if s["cold"] and s["cold"]["median"] > 0]
@@ -72,9 +81,10 @@ def normalised(summaries, stem: Path) -> list:
                        fontsize=8)
     ax.set_ylabel("launch time / cold launch time (ratio)")
     ax.set_xlabel("application")
-    ax.set_title("Launch time normalised to cold start (bars: median, whiskers: min-max)")
-    ax.legend(fontsize=7, ncol=min(4, len(methods)), loc="upper right")
-    ax.set_ylim(0, max(1.25, ax.get_ylim()[1]))
+    ax.set_title("How much of the cold launch time is left: lower is better\n"
+                 "(bars: median / cold median, whiskers: min-max; dotted line: cold)", fontsize=10)
+    _legend_outside(ax)
+    ax.set_ylim(0, max(1.1, ax.get_ylim()[1]))
     return _save(fig, stem)
 
 
@@ -88,8 +98,8 @@ def timeline(app: str, series: list, stem: Path) -> list:
     if not series:
         return []
     tmax = max(max(len(s["cpu"]), len(s["disk"])) * s["period_s"] for s in series) or 1.0
-    fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.4 * len(series) + 0.6), sharex=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.4 * len(series) + 0.9), sharex=True,
+                             squeeze=False, layout="constrained")
     for ax, s in zip(axes[:, 0], series):
         p = s["period_s"]
         ax.fill_between([i * p for i in range(len(s["disk"]))], [100 * v for v in s["disk"]],
@@ -110,13 +120,19 @@ def timeline(app: str, series: list, stem: Path) -> list:
                            color="0.3", linewidths=0.6, label="request LBA")
         lba_ax.set_ylim(0, 105)
         lba_ax.set_ylabel("LBA (% of disk)")
+        lba_ax.set_zorder(ax.get_zorder() + 1)  # the LBA marks above the usage areas, not hidden
         ax.set_title(f"{app}: {s['label']}", fontsize=9)
         handles = ax.get_legend_handles_labels()
         h2 = lba_ax.get_legend_handles_labels()
-        ax.legend(handles[0] + h2[0], handles[1] + h2[1], fontsize=7, loc="upper right")
+        legend = {label: h for h, label in zip(handles[0] + h2[0], handles[1] + h2[1])}
     axes[-1, 0].set_xlabel("time since launch start (s)")
     axes[-1, 0].set_xlim(0, tmax)
-    fig.suptitle(f"CPU and disk usage with request LBAs during the launch of {app}", fontsize=10)
+    # below the panels (the right-hand side holds the LBA axis): it never covers data
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncol=len(legend), fontsize=7,
+               frameon=False)
+    what = ("the cold launch's scattered requests (a seek each) against the prefetched launch"
+            if len(series) > 1 else "where on the disk each request of the launch went, and when")
+    fig.suptitle(f"{app}: {what}\n(CPU and disk busy %, request LBAs as x)", fontsize=10)
     return _save(fig, stem)
 
 
@@ -129,8 +145,8 @@ def history(launches: list, recordings: dict, stem: Path) -> list:
     apps = sorted({r["app"] for r in launches})
     if not apps:
         return []
-    fig, axes = plt.subplots(len(apps), 1, figsize=(8, 2.3 * len(apps) + 0.6), squeeze=False,
-                             sharex=True)
+    fig, axes = plt.subplots(len(apps), 1, figsize=(8, 2.3 * len(apps) + 0.9), squeeze=False,
+                             sharex=True, layout="constrained")
     for ax, app in zip(axes[:, 0], apps):
         rows = [r for r in launches if r["app"] == app]
         for m in [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)] + \
@@ -146,8 +162,10 @@ def history(launches: list, recordings: dict, stem: Path) -> list:
         ax.set_ylabel("launch time (s)")
         ax.set_ylim(bottom=0)
         ax.set_title(f"{app}", fontsize=9)
-        ax.legend(fontsize=7, loc="upper right", ncol=2)
+        _legend_outside(ax)
     axes[-1, 0].set_xlabel("date and time of the launch (local)")
-    fig.autofmt_xdate()
-    fig.suptitle("Launch time history per application", fontsize=10)
+    for label in axes[-1, 0].get_xticklabels():
+        label.set(rotation=30, ha="right")
+    fig.suptitle("Launch times over time per application: does the gain last?\n"
+                 "(dashed lines: the app was (re-)recorded)", fontsize=10)
     return _save(fig, stem)
