@@ -166,3 +166,32 @@ def test_figures_render_and_html_embeds_them(db_path, tmp_path):
 def test_empty_database_says_what_to_do(db_path):
     out = run(db_path)
     assert "warmstart bench" in out
+
+
+def test_everyday_use_is_reported_against_the_recorded_cold_launch(db_path):
+    """record + plain hooked launches, no bench: the recordings (cold, caches dropped) are the
+    cold reference, the disk is named after the device they read from, the gain is shown."""
+    conn = open_db(db_path)
+    env = json.dumps({"devices": [{"dev": 1795, "name": "loop3", "rotational": True}]})
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', ?, '[]', ?)",
+                       (b"/usr/bin/mail", NOW - 600)).lastrowid
+    other = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('fresh', ?, '[]', ?)",
+                         (b"/usr/bin/fresh", NOW - 600)).lastrowid
+    for a, t, cold_method in ((app, 2.0, "drop_caches"), (app, 2.4, "drop_caches"), (app, 0.3, "none"),
+                              (other, 1.5, "drop_caches")):
+        conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method,"
+                     " env_json) VALUES (?, ?, ?, 'exit', 'tracefs', ?, ?)", (a, NOW - 500, t, cold_method, env))
+    for t in (0.5, 0.55, 0.6):  # hooked launches store no disk name
+        conn.execute("INSERT INTO launches(app_id, mode, started_at, launch_time_s, exit_status)"
+                     " VALUES (?, 'hook', ?, ?, 0)", (app, NOW - 100, t))
+    doc = json.loads(run(db_path, "--json"))
+    by_app = {s["app"]: s for s in doc["apps"]}
+    mail = by_app["mail"]
+    assert mail["disk"] == "loop3 hdd"
+    assert mail["cold"]["median"] == 2.2  # the two cold recordings; the one without dropped caches is not cold
+    assert mail["prefetched"]["median"] == 0.55 and mail["prefetch_method"] == "hook"
+    assert mail["gain"] == pytest.approx(1 - 0.55 / 2.2)
+    assert "tracing overhead" in mail["cold_source"]
+    assert by_app["fresh"]["cold"]["median"] == 1.5 and by_app["fresh"]["prefetched"] is None
+    text = run(db_path)
+    assert "loop3 hdd" in text and "2.200 ±9%*" in text and "75%" in text and "cold*:" in text

@@ -171,3 +171,14 @@ def load_processes(conn: sqlite3.Connection, recording_id: int) -> List[Process]
     return [Process(pid=r["pid"], tgid=r["pid"], ppid=r["ppid"], comm=r["comm"],
                     exec_path=bytes(r["exec_path"]) if r["exec_path"] is not None else None,
                     start_ns=r["start_ns"], exit_ns=r["exit_ns"], oncpu_ns=r["oncpu_ns"]) for r in rows]
+
+
+def cold_recordings(conn: sqlite3.Connection, names: Sequence[str] = ()) -> List[sqlite3.Row]:
+    """Recordings that are cold launches (caches dropped first, nothing lost, the app succeeded),
+    oldest first, with the app's name: the cold reference of apps launched only with prefetch."""
+    where = ["r.cold_method = 'drop_caches'", "r.status = 'ok'", "coalesce(r.exit_status, 0) = 0"]
+    if names:
+        where.append(f"a.name IN ({','.join('?' * len(names))})")
+    return conn.execute("SELECT a.name AS app_name, r.id, r.started_at, r.launch_time_s, r.env_json"
+                        " FROM recordings r JOIN apps a ON a.id = r.app_id WHERE " + " AND ".join(where) +
+                        " ORDER BY r.started_at, r.id", list(names)).fetchall()

@@ -48,7 +48,12 @@ def build_report(conn, names: Sequence[str] = (), bench_id: Optional[str] = None
             raise WarmstartError("no bench run in the database: run `warmstart bench` first, "
                                  "or drop --bench to report all launches")
     launches = summary.load_launches(conn, names, bench_id=bench_id, disk=disk)
-    summaries = summary.summarize(launches, prefetch_method=prefetch_method)
+    # a bench run carries its own cold launches; everyday use has the recordings as its cold
+    recorded = {} if bench_id else summary.recorded_cold(conn, names)
+    summary.name_unknown_disks(launches, recorded)
+    if disk:
+        recorded = {app: ref for app, ref in recorded.items() if ref["disk"] == disk}
+    summaries = summary.summarize(launches, prefetch_method=prefetch_method, recorded=recorded)
     text = table.render(summaries)
     doc = {"generated_at": time.time(), "filters": {"apps": list(names), "bench_id": bench_id, "disk": disk},
            "apps": summaries, "table": text, "figures": [], "html": None}

@@ -26,6 +26,7 @@ STYLE = {  # method: (gray fill, hatch, marker)
     "reorder": ("0.75", "\\\\", "^"),
     "segmented-paper": ("0.9", "..", "v"),
     "segmented": ("1.0", "++", "D"),
+    "hook": ("0.85", "||", "h"),
     "warm": ("0.45", "--", "*"),
 }
 DEFAULT_STYLE = ("0.6", "oo", "P")

@@ -9,13 +9,15 @@ import json
 import time
 from typing import Iterable, Optional, Sequence
 
+from ..db import recordings
 from ..errors import WarmstartError
 from . import stats
 
 # Display order of launch methods (also the bars of the normalised figure, like the paper's Fig. 3).
 METHOD_ORDER = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "segmented-paper", "segmented",
-                "warm")
-PREFETCH_PREFERENCE = ("segmented", "segmented-paper", "reorder-ours", "reorder", "interleave")
+                "hook", "warm")
+# hook first: where an app has plain hooked launches, they are what its user gets
+PREFETCH_PREFERENCE = ("hook", "segmented", "segmented-paper", "reorder-ours", "reorder", "interleave")
 NOT_PREFETCHED = ("cold", "cold-traced", "warm", "none")
 
 
@@ -69,6 +71,41 @@ def load_launches(conn, names: Sequence[str] = (), bench_id: Optional[str] = Non
     return out
 
 
+RECORDED_COLD = "recorded cold launches (caches dropped; includes the tracing overhead)"
+
+
+def disk_label(env: dict) -> Optional[str]:
+    """A short name of the block device a recording read from: 'loop3 hdd' (rotational) or
+    'vda ssd' (not), as the kernel reports it."""
+    for d in env.get("devices") or []:
+        if d.get("name"):
+            kind = {True: "hdd", False: "ssd"}.get(d.get("rotational"))
+            return f"{d['name']} {kind}" if kind else d["name"]
+    return None
+
+
+def recorded_cold(conn, names: Sequence[str] = ()) -> dict:
+    """app -> {"times": [s, ...], "disk": label}: each app's recordings as its cold reference."""
+    out = {}
+    for r in recordings.cold_recordings(conn, names):
+        try:
+            env = json.loads(r["env_json"] or "{}")
+        except ValueError:
+            env = {}
+        ref = out.setdefault(r["app_name"], {"times": [], "disk": None})
+        ref["times"].append(r["launch_time_s"])
+        ref["disk"] = disk_label(env) or ref["disk"]
+    return out
+
+
+def name_unknown_disks(launches: list, recorded: dict) -> None:
+    """Launches stored without a disk name (`warmstart run`, hooked launches) ran the app's own
+    files, on the device its recordings read from: name that device instead of 'unknown'."""
+    for row in launches:
+        if row["disk"] == "unknown" and (recorded.get(row["app"]) or {}).get("disk"):
+            row["disk"] = recorded[row["app"]]["disk"]
+
+
 def unprefetched(row: dict) -> bool:
     """A prefetch-mode launch the runner had to start without prefetching (it says why in
     details.notes): timing it as 'segmented' would credit the prefetcher with a plain launch."""
@@ -86,16 +123,25 @@ def _sum(values: Iterable) -> Optional[int]:
     return sum(v) if v else None
 
 
-def summarize(launches: list, prefetch_method: Optional[str] = None, now: Optional[float] = None) -> list:
+def summarize(launches: list, prefetch_method: Optional[str] = None, now: Optional[float] = None,
+              recorded: Optional[dict] = None) -> list:
     """One dict per (app, disk) with medians/spreads per method and the derived gains.
+
+    `recorded` (from recorded_cold) is the cold reference of an (app, disk) with no cold launch
+    of its own, on the disk its recordings read from; an app with recordings and no launches
+    yet gets a row of its cold time alone.
 
     Only launches that ran correctly (exit status 0 or unknown) and, in a prefetch mode, were
     really prefetched count towards times; the others are counted as failed_launches so a broken
     mode cannot look fast."""
     now = time.time() if now is None else now
+    recorded = recorded or {}
     groups = {}
     for row in launches:
         groups.setdefault((row["app"], row["disk"]), []).append(row)
+    for app, ref in recorded.items():
+        if not any(a == app for a, _ in groups):
+            groups[(app, ref["disk"] or "unknown")] = []
     result = []
     for (app, disk), rows in sorted(groups.items()):
         ok = [r for r in rows if r["exit_status"] in (0, None) and not unprefetched(r)]
@@ -105,6 +151,11 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
         methods = {}
         for m in sorted(by_method, key=lambda m: (METHOD_ORDER.index(m) if m in METHOD_ORDER else 99, m)):
             methods[m] = stats.spread(r["launch_time_s"] for r in by_method[m])
+        cold_source = "cold launches" if "cold" in methods else None
+        ref = recorded.get(app)
+        if cold_source is None and ref and (ref["disk"] or "unknown") == disk:
+            methods = {"cold": stats.spread(ref["times"]), **methods}
+            cold_source = RECORDED_COLD
         cold, warm = methods.get("cold"), methods.get("warm")
         pm = prefetch_method or next((m for m in PREFETCH_PREFERENCE if m in methods),
                                      next((m for m in methods if m not in NOT_PREFETCHED), None))
@@ -127,6 +178,7 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
                         for m, s in methods.items()},
             "prefetch_method": pm,
             "cold": cold.as_dict() if cold else None,
+            "cold_source": cold_source,
             "prefetched": pref.as_dict() if pref else None,
             "warm": warm.as_dict() if warm else None,
             "gain": stats.gain(med(pref), med(cold)),

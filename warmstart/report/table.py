@@ -6,11 +6,11 @@ An app's numbers do not fit on one 80-column line, so they are split by question
   3. every measured method relative to cold (the bench matrix).
 """
 
-from .summary import METHOD_ORDER
+from .summary import METHOD_ORDER, RECORDED_COLD
 
 WIDTH = 80  # every block's columns sum to at most this; cells are clipped to their column
 SHORT_METHOD = {"cold": "cold", "cold-traced": "traced", "interleave": "intlv", "reorder": "reorder",
-                "reorder-ours": "reord-o", "segmented-paper": "seg-pap", "segmented": "seg", "warm": "warm"}
+                "reorder-ours": "reord-o", "segmented-paper": "seg-pap", "segmented": "seg", "hook": "hook", "warm": "warm"}
 
 
 def fmt_s(v):
@@ -77,12 +77,15 @@ def render(summaries, title=None) -> str:
 
     out.append("Launch times in seconds: median ±half the min-max range")
     out += _render(
-        [("app", 15, "<"), ("disk", 8, "<"), ("n", 3, ">"), ("cold", 11, ">"), ("prefetched", 11, ">"),
+        [("app", 13, "<"), ("disk", 9, "<"), ("n", 3, ">"), ("cold", 12, ">"), ("prefetched", 11, ">"),
          ("warm", 11, ">"), ("gain", 5, ">"), ("capt", 5, ">")],
-        [[s["app"], s["disk"], str(s["launches"]), fmt_time_spread(s["cold"]),
+        [[s["app"], s["disk"], str(s["launches"]),
+          fmt_time_spread(s["cold"]) + ("*" if s.get("cold_source") == RECORDED_COLD else ""),
           fmt_time_spread(s["prefetched"]), fmt_time_spread(s["warm"]), fmt_pct(s["gain"]),
           fmt_pct(s["captured"])] for s in summaries])
     out.append("gain = 1 - prefetched/cold; capt = (cold - prefetched)/(cold - warm)")
+    if any(s.get("cold_source") == RECORDED_COLD for s in summaries):
+        out.append(f"cold*: {RECORDED_COLD}")
     out.append("")
 
     out.append("Prefetch: t_exp (Algorithm 1's estimate) vs measured, MiB prefetched per launch")
