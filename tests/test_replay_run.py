@@ -75,6 +75,23 @@ def test_run_preserves_output_and_status_and_stores_the_launch(app_on_disk, mode
         assert rows[0]["mechanism"] == "readahead"
 
 
+def test_cold_run_drops_the_cache_and_is_stored_as_cold(app_on_disk):
+    db, conn, argv, data = app_on_disk
+    subprocess.run(["cat", str(data)], stdout=subprocess.DEVNULL, check=True)  # all of it cached
+    assert cached_pages(data, 0, 512 * KIB) == 128
+    dev = os.stat(data).st_dev
+    stat = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat"
+    sectors_read = lambda: int(open(stat).read().split()[2])  # noqa: E731
+    before = sectors_read()
+    r = warmstart(db, "run", "--cold", "--name", "wc", "--", "sh", "-c", f"cat {data} | wc -c; exit 3")
+    assert r.returncode == 3 and r.stdout.strip() == b"524288", r.stderr
+    assert b"mode=cold" in r.stderr
+    # cat read the whole file from the disk again: the run dropped the cache before launching
+    assert sectors_read() - before >= 512 * KIB // 512
+    rows = list_launches(conn, mode="cold")
+    assert len(rows) == 1 and rows[0]["details"]["replay"] is None  # no prefetch
+
+
 def test_run_launch_library_json(app_on_disk):
     db, conn, argv, data = app_on_disk
     evict(data)

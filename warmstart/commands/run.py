@@ -1,11 +1,13 @@
 """`warmstart run`: launch a command with its recorded schedule prefetched."""
 
 
+import os
 import sys
 
 import click
 
 from ..cli import emit, json_option
+from ..errors import WarmstartError
 from ..launching import parse_until
 from ..replay.process import DEFAULT_ENGINE, ENGINES
 from ..replay.runner import run_launch
@@ -16,6 +18,9 @@ from ..replay.runner import run_launch
               default="segmented", show_default=True,
               help="segmented: pre-buffer then segments alongside the app; reorder: fetch all "
                    "LBA-sorted, then launch; interleave: original order alongside (FAST); none.")
+@click.option("--cold", is_flag=True,
+              help="Drop the page cache first (root) and launch without prefetch: stored as the "
+                   "app's cold launch, the reference `warmstart report` measures its gain against.")
 @click.option("--until", "until_spec", default="exit", show_default=True,
               help="Launch end: exit, idle=SECONDS, stdout=REGEX or file=PATH.")
 @click.option("--name", default=None, help="The app's name (default: match CMD against recorded apps).")
@@ -28,7 +33,7 @@ from ..replay.runner import run_launch
 @json_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
-def run(obj, mode, until_spec, name, engine, timeout, measure_use, as_json, cmd):
+def run(obj, mode, cold, until_spec, name, engine, timeout, measure_use, as_json, cmd):
     """Launch CMD with its schedule prefetched, measure and store the launch.
 
     CMD's output and exit status are passed through unchanged; the summary goes to stderr
@@ -40,10 +45,19 @@ def run(obj, mode, until_spec, name, engine, timeout, measure_use, as_json, cmd)
       warmstart run --mode reorder --name pyimport -- python3 -c 'import json, email, asyncio'
       warmstart run --until 'stdout=^ready' --json -- ./server --port 0
       warmstart run --measure-use -- python3 -c 'import json, email, asyncio'
+      sudo warmstart run --cold -- python3 -c 'import json, email, asyncio'
     """
     until = parse_until(until_spec)
+    if cold:
+        from ..recorder.coldcache import drop_caches
+        if os.geteuid() != 0:
+            raise WarmstartError("--cold drops the page cache, which needs root: run it with sudo "
+                                 "(or launch without --cold)")
+        mode = "none"
+        drop_caches()
     out = run_launch(obj.db, list(cmd), mode, until, name=name, engine=engine, timeout=timeout,
-                     passthrough=not as_json, kill_at_end=False, measure_use=measure_use)
+                     passthrough=not as_json, kill_at_end=False, measure_use=measure_use,
+                     record_mode="cold" if cold else None)
     if as_json:
         emit(out.to_json(), True)
     else:
@@ -51,7 +65,7 @@ def run(obj, mode, until_spec, name, engine, timeout, measure_use, as_json, cmd)
             click.echo(f"warmstart: {note}", err=True)
         st = out.replay_stats or {}
         fetched = st.get("bytes_fetched", 0) / 2**20
-        click.echo(f"warmstart: {out.app_name or '(unknown app)'} mode={mode} launch {out.launch_time_s:.3f} s "
+        click.echo(f"warmstart: {out.app_name or '(unknown app)'} mode={'cold' if cold else mode} launch {out.launch_time_s:.3f} s "
                    f"(pre-buffer {out.prebuffer_s:.3f} s, app {out.app_time_s:.3f} s, "
                    f"fetched {fetched:.1f} MiB, end: {out.end_reason})", err=True)
         if out.page_use:
