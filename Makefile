@@ -9,7 +9,8 @@ PYTHON  ?= python3
 # Each C component appends its programs to BINARIES and its test programs to CTESTS.
 BINARIES :=
 CTESTS   :=
-include scripts/hddsim/build.mk replayer/build.mk replayer/probe.mk replayer/speculate.mk tests/apps/build.mk launchd-hook/build.mk
+include scripts/hddsim/build.mk replayer/build.mk replayer/probe.mk replayer/speculate.mk tests/apps/build.mk launchd-hook/build.mk \
+        tests/fuzz/build.mk
 
 .PHONY: all deps build test ctest pytest demo clean
 all: build

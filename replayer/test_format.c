@@ -43,6 +43,14 @@ static size_t build(unsigned char *b)
 	return WSR_HEADER_SIZE + payload;
 }
 
+/* Recompute both checksums, as a writer that meant the change would. */
+static void refix(unsigned char *d, size_t len)
+{
+	put32(d + 48, wsr_crc32(0, d + WSR_HEADER_SIZE, len - WSR_HEADER_SIZE));
+	memset(d + 56, 0, 4);
+	put32(d + 56, wsr_crc32(0, d, WSR_HEADER_SIZE));
+}
+
 static int parse_copy(const unsigned char *b, size_t len, struct wsr_schedule *s, const char **why)
 {
 	void *copy = malloc(len);
@@ -90,6 +98,25 @@ int main(void)
 	memset(d + 56, 0, 4);
 	put32(d + 56, wsr_crc32(0, d, WSR_HEADER_SIZE));
 	CHECK(parse_copy(d, len, &s, &why) == -22 && why && strstr(why, "file"), "bad file_no refused");
+
+	/* Paths that walk elsewhere and ranges past the file's end, checksums recomputed: refused. */
+	static const char *bad_paths[] = {"ab", "/.", "//", "a/"};  /* the 2-byte path "/a" replaced */
+	for (size_t i = 0; i < sizeof(bad_paths) / sizeof(*bad_paths); i++) {
+		memcpy(d, b, len);
+		memcpy(d + len - 2, bad_paths[i], 2);
+		refix(d, len);
+		CHECK(parse_copy(d, len, &s, &why) == -22 && why && strstr(why, "canonical"), bad_paths[i]);
+	}
+	memcpy(d, b, len);
+	put64(d + WSR_HEADER_SIZE + WSR_FILE_SIZE + WSR_SEGMENT_SIZE + WSR_RANGE_SIZE, 8192);  /* past 8 KiB */
+	refix(d, len);
+	CHECK(parse_copy(d, len, &s, &why) == -22 && why && strstr(why, "end of its file"), "range past EOF refused");
+	memcpy(d, b, len);
+	put64(d + WSR_HEADER_SIZE + 16, 8000);  /* size 8000: its last page still ends at 8192 */
+	refix(d, len);
+	CHECK(parse_copy(d, len, &s, &why) == 0, "range in the file's last, partial page parses");
+	if (why == NULL)
+		wsr_free(&s);
 
 	printf("test-replay-format: %d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;

@@ -43,6 +43,25 @@ static uint64_t le64(const unsigned char *p)
 	return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
 }
 
+/* An absolute path without ".", ".." or empty components and without a trailing slash: the
+ * replayer opens exactly what the analyzer resolved, never a path that walks elsewhere. */
+static int canonical_path(const char *p, uint32_t len)
+{
+	if (len == 0 || p[0] != '/' || (len > 1 && p[len - 1] == '/'))
+		return 0;
+	for (uint32_t i = 0; i < len;) {
+		uint32_t j = i + 1;
+		while (j < len && p[j] != '/')
+			j++;
+		uint32_t n = j - i - 1; /* the component between p[i] == '/' and p[j] */
+		if ((n == 0 && len > 1) || (n == 1 && p[i + 1] == '.') ||
+		    (n == 2 && p[i + 1] == '.' && p[i + 2] == '.'))
+			return 0;
+		i = j;
+	}
+	return 1;
+}
+
 #define FAIL(msg) do { *why = (msg); rc = -EINVAL; goto out; } while (0)
 
 int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **why)
@@ -104,6 +123,8 @@ int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **wh
 			FAIL("file path outside the string table");
 		if (memchr(strings + off, 0, f->path_len))
 			FAIL("file path contains a NUL byte");
+		if (!canonical_path(strings + off, f->path_len))
+			FAIL("file path is not absolute and canonical");
 		f->path = strings + off;
 	}
 	uint32_t next = 0;
@@ -136,6 +157,10 @@ int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **wh
 			FAIL("range outside its segment");
 		if (r->length == 0 || r->offset + r->length < r->offset || r->offset > (1ull << 62))
 			FAIL("range with a bad offset or length");
+		/* a file's pages end at its size rounded up to a page: nothing to read past that */
+		const struct wsr_file *f = &out->files[r->file_no];
+		if (f->kind == WSR_KIND_FILE && r->offset + r->length > ((f->size + 4095) & ~4095ull))
+			FAIL("range beyond the end of its file");
 	}
 	out->schedule_id = sid;
 	out->nfiles = nfiles;

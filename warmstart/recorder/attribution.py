@@ -16,7 +16,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .events import Event, PAGE_SHIFT, RA_EVENTS, USE_EVENTS, _FILEMAP, _READAHEAD, filemap_pages
+from .events import Event, RA_EVENTS, USE_EVENTS, _READAHEAD, filemap_pages, makedev
 from .model import BlockRequest, PageAdd, UsedRun
 from .tasks import TaskTree
 
@@ -58,13 +58,10 @@ def page_adds(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
             continue
         if not (start_ns <= ev.ts_ns <= end_ns):
             continue
-        m = _FILEMAP.search(ev.body)
-        if not m:
+        f = filemap_pages(ev.body)
+        if f is None:
             continue
-        dev = os.makedev(int(m.group(1)), int(m.group(2)))
-        ino = int(m.group(3), 16)
-        index = int(m.group(4)) >> PAGE_SHIFT
-        n = 1 << int(m.group(5) or 0)
+        dev, ino, index, n = f
         key = (dev, ino)
         last = open_run.get(key)
         if last is not None and last is runs[-1] and last.first_index + last.nr_pages == index:
@@ -92,8 +89,10 @@ def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
             m = _READAHEAD.search(ev.body)
             if not m:
                 continue
-            dev, ino = os.makedev(int(m.group(1)), int(m.group(2))), int(m.group(3), 16)
+            dev, ino = makedev(m.group(1), m.group(2)), int(m.group(3), 16)
             first, n = int(m.group(4)), max(1, int(m.group(5)))
+            if dev is None or first + n + ino >= 1 << 63:
+                continue
         else:
             continue
         spans.setdefault((dev, ino), []).append((first, first + n - 1))

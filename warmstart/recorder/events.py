@@ -18,7 +18,6 @@ _LINE = re.compile(
     rb"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?P<event>\w+):\s(?P<body>.*)$")
 _DEV_SECTOR = re.compile(rb"^(\d+),(\d+) (\S+) (?:\d+ \([^)]*\) )?(\d+) \+ (\d+)")
 _DEV_SECTOR_COMPLETE = re.compile(rb"^(\d+),(\d+) (\S+) \([^)]*\) (\d+) \+ (\d+)")
-_FILEMAP = re.compile(rb"dev (\d+):(\d+) ino ([0-9a-f]+) pfn=\S+ ofs=(\d+)(?: order=(\d+))?")
 _KV = re.compile(rb"(\w+)=(\S*)")
 _BRACKET_COMM = re.compile(rb"\[(.*)\]\s*$")
 
@@ -61,8 +60,12 @@ def filemap_pages(body: bytes) -> Optional[Tuple[int, int, int, int]]:
     if o.group(2) is not None:
         n = (int(o.group(2)) >> PAGE_SHIFT) - first + 1
     else:
-        n = 1 << int(o.group(3) or 0)
-    return os.makedev(int(d.group(1)), int(d.group(2))), int(d.group(3), 16), first, n
+        order = int(o.group(3) or 0)
+        n = 1 << order if order < 64 else 0
+    dev, ino = makedev(d.group(1), d.group(2)), int(d.group(3), 16)
+    if dev is None or n < 1 or not _fits(ino, first + n):
+        return None
+    return dev, ino, first, n
 
 
 def parse_line(line: bytes) -> Optional[Event]:
@@ -95,9 +98,18 @@ def kv(body: bytes) -> Dict[str, bytes]:
     return {k.decode(): v for k, v in _KV.findall(body)}
 
 
-def _makedev(major: bytes, minor: bytes) -> int:
-    import os
-    return os.makedev(int(major), int(minor))
+def makedev(major: bytes, minor: bytes) -> Optional[int]:
+    """dev_t of a traced major:minor; None for numbers no device can have (the kernel's dev_t
+    has 12 bits of major, 20 of minor): a corrupt line is skipped, it does not stop a recording."""
+    ma, mi = int(major), int(minor)
+    if ma >= 1 << 12 or mi >= 1 << 20:
+        return None
+    return os.makedev(ma, mi)
+
+
+def _fits(*values: int) -> bool:
+    """Every value fits the database's signed 64-bit INTEGER (sectors, inodes, pages)."""
+    return all(v < 1 << 63 for v in values)
 
 
 def _bracket_comm(body: bytes) -> Optional[str]:
@@ -118,16 +130,17 @@ def assemble_requests(events: Iterable[Event]) -> List[BlockRequest]:
     for ev in events:
         if ev.name == "block_bio_queue":
             m = _DEV_SECTOR.match(ev.body)
-            if m:
-                dev = _makedev(m.group(1), m.group(2))
+            dev = makedev(m.group(1), m.group(2)) if m else None
+            if dev is not None and _fits(int(m.group(4)), int(m.group(5))):
                 pending_bios.setdefault(dev, []).append(
                     (int(m.group(4)), int(m.group(5)), ev.ts_ns, ev.tid, ev.tgid, _bracket_comm(ev.body) or ev.comm))
         elif ev.name == "block_rq_issue":
             m = _DEV_SECTOR.match(ev.body)
             if not m or int(m.group(5)) == 0:
                 continue
-            dev = _makedev(m.group(1), m.group(2))
-            sector, nr = int(m.group(4)), int(m.group(5))
+            dev, sector, nr = makedev(m.group(1), m.group(2)), int(m.group(4)), int(m.group(5))
+            if dev is None or not _fits(sector + nr):
+                continue
             req = BlockRequest(dev=dev, sector=sector, nr_sectors=nr, rwbs=m.group(3).decode(),
                                issue_ns=ev.ts_ns, tid=ev.tid, pid=ev.tgid, comm=ev.comm)
             bios = pending_bios.get(dev, [])
@@ -143,7 +156,7 @@ def assemble_requests(events: Iterable[Event]) -> List[BlockRequest]:
             m = _DEV_SECTOR_COMPLETE.match(ev.body)
             if not m:
                 continue
-            key = (_makedev(m.group(1), m.group(2)), int(m.group(4)))
+            key = (makedev(m.group(1), m.group(2)), int(m.group(4)))
             waiting = inflight.get(key)
             if waiting:
                 waiting.pop(0).complete_ns = ev.ts_ns
