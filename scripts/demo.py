@@ -38,7 +38,7 @@ def warmstart(*args, capture=False):
 
 def available_commands():
     from warmstart.cli import cli
-    return set(cli.commands)
+    return set(cli.list_commands(None))
 
 
 def main():

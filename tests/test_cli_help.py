@@ -14,7 +14,8 @@ USAGE = REPO / "docs" / "usage.md"
 
 def all_commands(group=cli, prefix=()):
     """(path, command) for every command, descending into sub-groups."""
-    for name, cmd in sorted(group.commands.items()):
+    for name in group.list_commands(None):
+        cmd = group.get_command(None, name)
         path = prefix + (name,)
         yield path, cmd
         if isinstance(cmd, click.Group):
@@ -27,7 +28,7 @@ COMMANDS = list(all_commands())
 def test_top_level_help_lists_every_command():
     out = CliRunner().invoke(cli, ["--help"]).output
     assert "Examples:" in out
-    for name in cli.commands:
+    for name in cli.list_commands(None):
         assert name in out, f"{name} missing from `warmstart --help`"
 
 

@@ -170,7 +170,7 @@ def test_copy_never_outlives_its_supervisor(built, tmp_path):
 
 
 def test_copy_is_killed_when_the_launch_ends(built):
-    from warmstart.speculate import run_fallback_launch
+    from warmstart.speculate.fallback import run_fallback_launch
     r = run_fallback_launch(["sh", "-c", "sleep 0.3; echo done"], mechanism="spec", trace=False)
     assert r.exit_status == 0 and r.output == b"done\n"
     assert r.copy["still_alive_after_kill"] == []

@@ -1,5 +1,6 @@
 """The `warmstart` command: parses options, calls the library, prints. No logic lives here."""
 
+import importlib
 import json
 import sys
 
@@ -36,7 +37,41 @@ def emit(obj, as_json, text=None):
         click.echo(text() if callable(text) else text)
 
 
-@click.group(name="warmstart", context_settings={"help_option_names": ["-h", "--help"]})
+# Subcommands, one module each (warmstart/commands/); the table is the CLI's table of contents.
+# name -> (module in warmstart/commands/, attribute). A command's module, and whatever it imports,
+# is loaded only when that command runs: `warmstart run` is part of a launch and must start fast.
+COMMANDS = {
+    "record": ("record", "record"),
+    "recordings": ("recordings", "recordings"),
+    "analyze": ("analyze", "analyze"),
+    "profile-disk": ("profile_disk", "profile_disk"),
+    "show": ("show", "show"),
+    "run": ("run", "run"),
+    "hook": ("hook", "hook"),
+    "export": ("export", "export"),
+    "import": ("import_", "import_"),
+    "fallback": ("speculate", "fallback"),
+    "relocate": ("relocate", "relocate"),
+    "bench": ("bench", "bench"),
+    "report": ("report", "report"),
+    "db-info": ("dbinfo", "db_info"),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use (see COMMANDS)."""
+
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[name]
+        return getattr(importlib.import_module(f"{__package__}.commands.{module}"), attr)
+
+
+@click.group(name="warmstart", cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", "db_path", envvar="WARMSTART_DB", type=click.Path(dir_okay=False),
               help="SQLite database (default /var/lib/warmstart/warmstart.db as root, "
                    "$XDG_DATA_HOME/warmstart/warmstart.db otherwise; env WARMSTART_DB).")
@@ -52,24 +87,6 @@ def cli(ctx, db_path):
       warmstart run -- python3 -c 'import json, email, asyncio'
     """
     ctx.obj = Context(db_path)
-
-
-# Subcommands, one module each (warmstart/commands/); the list is the CLI's table of contents.
-# --- commands: each helper adds its own line here ---
-from .commands.export import export; cli.add_command(export)  # noqa: E402
-from .commands.import_ import import_; cli.add_command(import_)  # noqa: E402
-from .commands.speculate import fallback; cli.add_command(fallback)  # noqa: E402
-from .commands.record import record; cli.add_command(record)  # noqa: E402
-from .commands.recordings import recordings; cli.add_command(recordings)  # noqa: E402
-from .commands.analyze import analyze; cli.add_command(analyze)  # noqa: E402
-from .commands.profile_disk import profile_disk; cli.add_command(profile_disk)  # noqa: E402
-from .commands.show import show; cli.add_command(show)  # noqa: E402
-from .commands.bench import bench; cli.add_command(bench)  # noqa: E402
-from .commands.hook import hook; cli.add_command(hook)  # noqa: E402
-from .commands.relocate import relocate; cli.add_command(relocate)  # noqa: E402
-from .commands.run import run; cli.add_command(run)  # noqa: E402
-from .commands.report import report; cli.add_command(report)  # noqa: E402
-from .commands.dbinfo import db_info; cli.add_command(db_info)  # noqa: E402
 
 
 def run_click(group, prog: str) -> None:

@@ -12,11 +12,14 @@ one average switch (C_switch): where the head was is unknown.
 The model runs on numpy arrays because the optimising segmentation calls it thousands of times.
 """
 
+from __future__ import annotations
+
 import json
 from dataclasses import asdict, dataclass, field
-from typing import List, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Sequence, Tuple
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np  # numpy is imported where the model runs, not when the CLI starts
 
 
 @dataclass
@@ -50,6 +53,7 @@ class DiskProfile:
 
     # -- curves ----------------------------------------------------------------------------
     def _arrays(self):
+        import numpy as np
         if not hasattr(self, "_cache"):
             sd = np.array([max(1.0, d) for d, _ in self.seek_curve], dtype=float)
             st = np.array([t for _, t in self.seek_curve], dtype=float)
@@ -60,16 +64,19 @@ class DiskProfile:
 
     def seek_s(self, distance):
         """Switch time (seek + average rotation) for a distance in bytes (scalar or array)."""
+        import numpy as np
         lsd, st, _, _ = self._arrays()
         return np.interp(np.log(np.maximum(1.0, np.abs(distance))), lsd, st)
 
     def rate(self, offset):
+        import numpy as np
         _, _, ro, rr = self._arrays()
         return np.interp(offset, ro, rr)
 
     # -- DISK_ACCESS -----------------------------------------------------------------------
     def access_time_arrays(self, dev: np.ndarray, start: np.ndarray, length: np.ndarray) -> float:
         """Seconds to read ranges (byte start, byte length on device dev) in this order, QD 1."""
+        import numpy as np
         n = len(start)
         if n == 0:
             return 0.0
@@ -93,6 +100,7 @@ class DiskProfile:
 
     def access_time(self, ranges: Sequence[Tuple[int, int, int]]) -> float:
         """Seconds to read [(dev, byte start, byte length), ...] in the given order."""
+        import numpy as np
         if not ranges:
             return 0.0
         a = np.array(ranges, dtype=np.int64)
@@ -101,6 +109,7 @@ class DiskProfile:
 
 def mean_random_switch(profile_curve: Sequence[Tuple[float, float]], span: float) -> float:
     """Average switch time between two uniformly random points of a span (density 2(s-x)/s^2)."""
+    import numpy as np
     xs = (np.arange(2000) + 0.5) / 2000 * span
     lsd = np.log([max(1.0, d) for d, _ in profile_curve])
     st = np.array([t for _, t in profile_curve])

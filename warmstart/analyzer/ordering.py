@@ -14,18 +14,22 @@ All pieces of P are sorted once by (kind, dev, sector); a segment's order is the
 of that global order whose items fall in [a, b], which numpy selects in one pass.
 """
 
-from dataclasses import replace
-from typing import List, Sequence, Tuple
+from __future__ import annotations
 
-import numpy as np
+from dataclasses import replace
+from typing import TYPE_CHECKING, List, Sequence, Tuple
 
 from .filemap import Piece
+
+if TYPE_CHECKING:
+    import numpy as np  # numpy is imported where the model runs, not when the CLI starts
 
 
 class PieceTable:
     """The pieces of every p_i, flattened: item index, dev, byte start, byte length, kind."""
 
     def __init__(self, pieces_per_item: Sequence[Sequence[Piece]], metadata_first: bool = True):
+        import numpy as np
         self.pieces: List[Piece] = []
         item = []
         for i, ps in enumerate(pieces_per_item):

@@ -5,7 +5,7 @@ import click
 
 from ..cli import emit, json_option
 from ..launching import parse_until
-from ..speculate import MECHANISMS, run_fallback_launch
+from ..speculate.fallback import MECHANISMS, run_fallback_launch
 from ..speculate.sandbox import SandboxLimits
 
 

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..recorder.tracefs import Instance, tracefs_root
-from ..speculate.tracer import parse_line
 
 PAGE = 4096
 EVENTS = ("filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_pages", "filemap/mm_filemap_fault",
@@ -96,6 +95,7 @@ def prefetched_pages(schedule) -> Tuple[Pages, Dict[Tuple[int, int], int]]:
 def used_pages(lines: Iterable[bytes], root_pid: int, start_ns: int, end_ns: int) -> Tuple[Pages, int]:
     """Pages the tree of root_pid touched in [start_ns, end_ns] (index ranges not yet clipped),
     and the number of use events counted."""
+    from ..speculate.tracer import parse_line  # only when use was traced: keeps `run` quick to start
     parents: Dict[int, int] = {}
     events = [e for e in (parse_line(line, parents) for line in lines) if e is not None]
     tree, grew = {root_pid}, True

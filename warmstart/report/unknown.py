@@ -32,7 +32,7 @@ def mode_of(mech: str) -> str:
 def run_unknown(conn, cfg, dut, doc: dict, bench_id: str, apps, until, make_cold,
                 tick: Callable[[str], None], say: Callable[[str], None]) -> dict:
     """Measure every app cold and with each fallback mechanism; returns doc["unknown"]."""
-    from ..speculate import run_fallback_launch
+    from ..speculate.fallback import run_fallback_launch
     prepared = []
     for app in apps:
         name = f"{app.name}-{cfg.disk}"

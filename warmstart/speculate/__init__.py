@@ -1,11 +1,9 @@
 """Apps never recorded: a sandboxed speculative copy, ld.so pre-resolution and an online
 pattern prefetcher, run alongside the first (cold) launch. See docs/speculation.md.
 
-    from warmstart.speculate import run_fallback_launch
+    from warmstart.speculate.fallback import run_fallback_launch
     r = run_fallback_launch(["python3", "-c", "import json"], mechanism="both")
     r.launch_time_s, r.accuracy, r.waste
+
+Nothing is imported here: other stages use speculate.tracer's parser without the rest.
 """
-
-from .fallback import MECHANISMS, FallbackResult, run_fallback_launch
-
-__all__ = ["MECHANISMS", "FallbackResult", "run_fallback_launch"]
