@@ -114,6 +114,15 @@ void ws_index_close(struct ws_index *idx)
 	memset(idx, 0, sizeof(*idx));
 }
 
+uint32_t ws_entry_hold_ms(const struct ws_index *idx, const struct ws_index_entry *e)
+{
+	uint32_t ms = e->hold_ms ? e->hold_ms : WS_HOLD_CAP_MS;
+
+	if (idx->hdr->max_hold_ms && ms > idx->hdr->max_hold_ms)
+		ms = idx->hdr->max_hold_ms;
+	return ms < WS_HOLD_CAP_MS ? ms : WS_HOLD_CAP_MS;
+}
+
 const struct ws_index_entry *ws_index_find(const struct ws_index *idx, uint64_t dev, uint64_t ino)
 {
 	uint32_t lo = 0, hi = idx->hdr ? idx->hdr->n_entries : 0;

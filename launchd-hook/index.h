@@ -15,7 +15,8 @@
 #define WS_INDEX_MAGIC "WSHOOKIX"
 #define WS_INDEX_VERSION 1
 #define WS_INDEX_MAX_BYTES (64u << 20)
-#define WS_HOLD_CAP_MS 1000u /* hard deadline: an exec is never held longer */
+#define WS_HOLD_CAP_MS 60000u /* hard deadline: an exec is never held longer (hold policy: docs/hook.md) */
+#define WS_LEARN_HOLD_MS 1000u /* an exec held while the learner sets up its recorder */
 
 #define WS_ENTRY_STALE 0x1u /* a scheduled file changed since analysis: do not replay */
 #define WS_ENTRY_LAUNCHER 0x2u /* the wrapper (env/chroot) the app is launched through; it has no
@@ -69,6 +70,10 @@ static inline const char *ws_index_str(const struct ws_index *idx, uint32_t off)
 {
 	return idx->strtab + off;
 }
+
+/* How long an exec of this entry may be held: its hold_ms, within the index's max_hold_ms and
+ * WS_HOLD_CAP_MS (one rule for the daemon and the shim). */
+uint32_t ws_entry_hold_ms(const struct ws_index *idx, const struct ws_index_entry *e);
 
 /* First entry with this (dev, ino), or NULL: the daemon's per-exec fast path. */
 const struct ws_index_entry *ws_index_find(const struct ws_index *idx, uint64_t dev, uint64_t ino);

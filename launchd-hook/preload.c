@@ -215,7 +215,7 @@ static void hook(void)
 	fd = start_replayer(replayer, ws_index_str(&idx, e->sched_off));
 	if (fd < 0)
 		goto out;
-	hold_ms = e->hold_ms && e->hold_ms < WS_HOLD_CAP_MS ? e->hold_ms : WS_HOLD_CAP_MS;
+	hold_ms = ws_entry_hold_ms(&idx, e);
 	wait_ready(fd, hold_ms);
 	close(fd);
 out:

@@ -359,10 +359,7 @@ static int try_learn(struct worker *w, const struct fanotify_event_metadata *m, 
 		close(sock);
 		return 0;
 	}
-	w->holds[slot] = (struct hold){m->fd, sock, 0, m->pid, t0,
-				       t0 + (uint64_t)(w->idx.hdr && w->idx.hdr->max_hold_ms ? w->idx.hdr->max_hold_ms
-									: WS_HOLD_CAP_MS) * 1000000ull,
-				       0, 1, ""};
+	w->holds[slot] = (struct hold){m->fd, sock, 0, m->pid, t0, t0 + WS_LEARN_HOLD_MS * 1000000ull, 0, 1, ""};
 	w->hb->held++;
 	w->n_learn++;
 	return 1;
@@ -458,11 +455,7 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 		return;
 	}
 	note_launch(w, m->pid, starttime, e->schedule_id);
-	hold_ms = e->hold_ms ? e->hold_ms : WS_HOLD_CAP_MS;
-	if (w->idx.hdr->max_hold_ms && hold_ms > w->idx.hdr->max_hold_ms)
-		hold_ms = w->idx.hdr->max_hold_ms;
-	if (hold_ms > WS_HOLD_CAP_MS)
-		hold_ms = WS_HOLD_CAP_MS;
+	hold_ms = ws_entry_hold_ms(&w->idx, e);
 	w->holds[slot] = (struct hold){m->fd, nfd, rp, m->pid, t0, t0 + hold_ms * 1000000ull,
 				       e->schedule_id, 0, ""};
 	memcpy(w->holds[slot].stats, stats, sizeof(stats));

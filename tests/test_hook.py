@@ -1,9 +1,12 @@
 """Pure logic of the hook: index encoding, config policy, launch signatures, CLI help."""
 
+import math
 import os
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 
 from conftest import REPO
@@ -12,7 +15,7 @@ from warmstart.errors import WarmstartError
 from warmstart.hook.config import load_config
 from warmstart.hook.entries import hold_ms_for
 from warmstart.hook.config import HookConfig
-from warmstart.hook.index import Index, IndexEntry, decode, encode, fnv1a64
+from warmstart.hook.index import HOLD_CAP_MS, Index, IndexEntry, decode, encode, fnv1a64
 from warmstart.hook.signature import needles
 
 
@@ -23,11 +26,11 @@ def entry(dev, ino, sid, needles=(), **kw):
 
 def test_index_round_trip_sorted_with_signatures_first():
     idx = Index([entry(9, 1, 1), entry(8, 2**63, 2), entry(8, 5, 3), entry(8, 5, 4, needles=(b"app.py",)),
-                 entry(8, 6, 5, files=(b"/lib/\xfe.so", b"/etc/x"), stale=True, hold_ms=5000)])
+                 entry(8, 6, 5, files=(b"/lib/\xfe.so", b"/etc/x"), stale=True, hold_ms=70_000)])
     out = decode(encode(idx))
     assert [(e.dev, e.ino, e.schedule_id) for e in out.entries] == [(8, 5, 4), (8, 5, 3), (8, 6, 5), (8, 2**63, 2), (9, 1, 1)]
     e = out.entries[2]
-    assert e.files == (b"/lib/\xfe.so", b"/etc/x") and e.stale and e.hold_ms == 1000  # capped
+    assert e.files == (b"/lib/\xfe.so", b"/etc/x") and e.stale and e.hold_ms == HOLD_CAP_MS == 60_000  # capped
     assert out.entries[0].needles == (b"app.py",) and out.entries[0].exe == b"/usr/bin/x\xff"
 
 
@@ -57,9 +60,29 @@ def test_signatures():
 
 def test_hold_is_a_bounded_multiple_of_the_prebuffer_time():
     cfg = HookConfig()
-    assert hold_ms_for(0.1, cfg) == 300
-    assert hold_ms_for(0.0, cfg) == cfg.min_hold_ms
-    assert hold_ms_for(5.0, cfg) == 1000
+    assert hold_ms_for(0.1, None, cfg) == 300
+    assert hold_ms_for(0.0, None, cfg) == cfg.min_hold_ms
+    assert hold_ms_for(5.0, None, cfg) == cfg.max_hold_ms == 10_000  # no cold time known: the ceiling
+    # the slow disk of issue 14: a 1.2 s pre-buffer of a 4 s cold launch is held until done
+    assert hold_ms_for(0.8, 4.0, cfg) == 2400
+    assert hold_ms_for(1.2, 4.0, cfg) == 2400  # 0.6 x the cold launch, not 3 x 1.2 s
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 30), st.floats(0, 30), st.one_of(st.none(), st.floats(0.001, 60)),
+       st.floats(0.5, 5), st.floats(0.05, 1.0), st.integers(0, 500), st.integers(1, HOLD_CAP_MS))
+def test_hold_policy_properties(t1, t2, cold, factor, fraction, min_hold, max_hold):
+    cfg = HookConfig(hold_factor=factor, max_hold_fraction=fraction, min_hold_ms=min(min_hold, max_hold),
+                     max_hold_ms=max_hold)
+    lo, hi = sorted((t1, t2))
+    a, b = hold_ms_for(lo, cold, cfg), hold_ms_for(hi, cold, cfg)
+    assert a <= b                                          # monotone in the pre-buffer time
+    for h in (a, b):
+        assert 1 <= h <= cfg.max_hold_ms <= HOLD_CAP_MS    # the absolute ceiling
+        if cold:
+            assert h <= max(1, math.ceil(cold * 1000 * fraction))  # never past that share of cold
+        else:
+            assert h >= cfg.min_hold_ms
 
 
 def test_config_policy(tmp_path):

@@ -168,6 +168,17 @@ def test_deadline_releases_a_silent_replayer(live):
     assert live.records("launch")[0]["outcome"] == "deadline"
 
 
+def test_a_hold_longer_than_a_second_is_honoured(live):
+    """A slow disk's pre-buffer may need more than the old fixed 1 s cap (docs/hook.md, "Hold
+    policy"): the entry's own hold is the limit now."""
+    app = live.app()
+    live.write(live.entry(app, delay="1.6", hold_ms=4000))
+    live.start()
+    elapsed, rc = timed_run([app])
+    assert rc == 0 and 1.55 <= elapsed < 3.5, elapsed
+    assert live.records("launch")[0]["outcome"] == "ready"
+
+
 def test_missing_replayer_allows_at_once(live):
     app = live.app()
     live.write(live.entry(app, delay="5"))

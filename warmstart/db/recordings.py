@@ -182,3 +182,13 @@ def cold_recordings(conn: sqlite3.Connection, names: Sequence[str] = ()) -> List
     return conn.execute("SELECT a.name AS app_name, r.id, r.started_at, r.launch_time_s, r.env_json"
                         " FROM recordings r JOIN apps a ON a.id = r.app_id WHERE " + " AND ".join(where) +
                         " ORDER BY r.started_at, r.id", list(names)).fetchall()
+
+
+def recorded_launch_s(conn: sqlite3.Connection, recording_ids: Sequence[int]) -> Optional[float]:
+    """The median launch time of these recordings (the cold launches a schedule was made from)."""
+    if not recording_ids:
+        return None
+    times = sorted(r[0] for r in conn.execute(
+        f"SELECT launch_time_s FROM recordings WHERE id IN ({','.join('?' * len(recording_ids))})"
+        " AND launch_time_s > 0", list(recording_ids)))
+    return times[len(times) // 2] if times else None

@@ -2,9 +2,10 @@
 
     learn = "off"                 # off | auto: record unknown apps on first launch
     learn_paths = ["/usr/bin", "/opt"]
-    hold_factor = 3.0             # hold an exec for hold_factor x the pre-buffer's disk time
-    min_hold_ms = 20
-    max_hold_ms = 1000            # never more than 1000 (the daemon caps it too)
+    hold_factor = 3.0             # hold an exec for hold_factor x the pre-buffer's disk time,
+    max_hold_fraction = 0.6       #   never more than this share of the recorded cold launch,
+    min_hold_ms = 20              #   never less than this,
+    max_hold_ms = 10000           #   never more than this (at most 60000; docs/hook.md "Hold policy")
     accuracy_threshold = 0.8      # re-learn an app whose prefetch accuracy falls below this
     learn_idle_cpu = 0.5          # learned apps are analyzed when CPU busy < this and
     learn_idle_io_kbps = 2048     #   disk I/O < this, over learn_idle_sample_s (2.0),
@@ -32,8 +33,9 @@ class HookConfig:
     learn: str = "off"
     learn_paths: List[str] = field(default_factory=lambda: ["/usr/bin", "/opt"])
     hold_factor: float = 3.0
+    max_hold_fraction: float = 0.6    # of the recorded cold launch time
     min_hold_ms: int = 20
-    max_hold_ms: int = HOLD_CAP_MS
+    max_hold_ms: int = 10000
     accuracy_threshold: float = 0.8
     learn_idle_cpu: float = 0.5       # analyze learned apps when CPU busy is below this ...
     learn_idle_io_kbps: int = 2048    # ... and disk I/O below this (KiB/s, over learn_idle_sample_s)
@@ -93,4 +95,7 @@ def load_config(path: Optional[Path] = None, system: Optional[bool] = None) -> H
         raise WarmstartError(f"config {path}: need 0 <= min_hold_ms <= max_hold_ms <= {HOLD_CAP_MS}")
     if not 0.0 < cfg.accuracy_threshold <= 1.0 or cfg.hold_factor <= 0:
         raise WarmstartError(f"config {path}: accuracy_threshold must be in (0, 1] and hold_factor > 0")
+    if not 0.0 < cfg.max_hold_fraction <= 1.0:
+        raise WarmstartError(f"config {path}: max_hold_fraction must be in (0, 1]: a hold as long as "
+                             f"the cold launch itself can only make the launch slower")
     return cfg

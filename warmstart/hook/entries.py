@@ -8,8 +8,9 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
+from ..db.recordings import recorded_launch_s
 from ..db.schedules import load_active_schedule
 from ..errors import WarmstartError
 from ..replay.export import write_export
@@ -25,10 +26,17 @@ class Skipped:
     reason: str
 
 
-def hold_ms_for(prebuffer_disk_s: float, cfg: HookConfig) -> int:
-    """How long an exec may wait for its pre-buffer: a multiple of its disk time, bounded."""
+def hold_ms_for(prebuffer_disk_s: float, cold_launch_s: Optional[float], cfg: HookConfig) -> int:
+    """How long an exec may wait for its pre-buffer (docs/hook.md, "Hold policy"): hold_factor x
+    the pre-buffer's modelled disk time, so a pre-buffer slowed by contention still gets done;
+    never more than max_hold_fraction of the app's recorded cold launch, so a hold that runs
+    out cannot cost more than that share of a cold launch; never more than max_hold_ms; at
+    least min_hold_ms."""
     ms = math.ceil(prebuffer_disk_s * 1000.0 * cfg.hold_factor)
-    return int(min(max(ms, cfg.min_hold_ms, 1), cfg.max_hold_ms))
+    ceiling = cfg.max_hold_ms
+    if cold_launch_s and cold_launch_s > 0:
+        ceiling = min(ceiling, math.ceil(cold_launch_s * 1000.0 * cfg.max_hold_fraction))
+    return int(max(1, min(max(ms, cfg.min_hold_ms), ceiling)))
 
 
 def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Skipped]]:
@@ -75,11 +83,12 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
         except OSError as e:
             raise WarmstartError(f"cannot write schedule export {export}: {e.strerror}; run as root")
         first = sched.segments[0].t_disk_s if sched.segments else 0.0
+        cold = recorded_launch_s(conn, sched.recording_ids)
         entry = IndexEntry(
             dev=ident[0], ino=ident[1], size=ident[2], mtime_ns=ident[3], schedule_id=sched.id, exe=exe,
             schedule=os.fsencode(export), name=name, needles=needles(exe, argv),
             files=tuple(f.path for f in sched.files if f.path.startswith(b"/")),
-            hold_ms=hold_ms_for(first, cfg))
+            hold_ms=hold_ms_for(first, cold, cfg))
         index.entries.append(entry)
         if launcher:
             index.entries.extend(launcher_entry(entry, *launcher))

@@ -15,7 +15,7 @@ from ..errors import WarmstartError
 
 MAGIC = b"WSHOOKIX"
 VERSION = 1
-HOLD_CAP_MS = 1000          # the daemon never holds an exec longer, whatever the index says
+HOLD_CAP_MS = 60000         # the daemon never holds an exec longer, whatever the index or config says
 ENTRY_STALE = 0x1
 ENTRY_LAUNCHER = 0x2        # the wrapper (env/chroot) the app is launched through, not the app itself
 
@@ -37,7 +37,7 @@ class IndexEntry:
     name: str = ""
     needles: Sequence[bytes] = ()           # argv must contain these, in order (empty: exe only)
     files: Sequence[bytes] = ()             # files the schedule reads, watched for staleness
-    hold_ms: int = HOLD_CAP_MS
+    hold_ms: int = 1000
     stale: bool = False
     launcher: bool = False                  # see ENTRY_LAUNCHER
 
@@ -45,7 +45,7 @@ class IndexEntry:
 @dataclass
 class Index:
     entries: List[IndexEntry] = field(default_factory=list)
-    max_hold_ms: int = HOLD_CAP_MS
+    max_hold_ms: int = 10000
 
 
 def fnv1a64(data: bytes) -> int:
