@@ -6,6 +6,8 @@
 #include <sys/types.h>
 
 #define WS_MAX_MARKS 64
+/* how long a hooked launch's replayer waits for the app's exit to take its verdict (seconds) */
+#define WS_JUDGE_WAIT_S "60"
 
 struct ws_options {
 	const char *index_path;

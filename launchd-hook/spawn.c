@@ -32,7 +32,9 @@ pid_t ws_spawn_replayer(const char *replayer, const char *schedule, uid_t uid, g
 	if (pid == 0) {
 		/* child: only async-signal-safe calls until exec */
 		char *const with_stats[] = {(char *)replayer, "--notify-fd", "3", "--uid", uid_s, "--gid", gid_s,
-					    "--pid", pid_s, "--stats", (char *)stats_path, (char *)schedule, NULL};
+					    "--pid", pid_s, "--stats", (char *)stats_path,
+					    /* the feedback's verdict is taken at the app's exit (docs/hook.md) */
+					    "--judge-at-exit", WS_JUDGE_WAIT_S, (char *)schedule, NULL};
 		char *const without[] = {(char *)replayer, "--notify-fd", "3", "--uid", uid_s, "--gid", gid_s,
 					 "--pid", pid_s, (char *)schedule, NULL};
 		char *const *argv = stats_path ? with_stats : without;

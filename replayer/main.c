@@ -39,6 +39,8 @@ static const char usage[] =
 "                       inversion when the app waits on a page idle I/O is reading)\n"
 "  --uid UID --gid GID  drop to this user before opening any scheduled file\n"
 "  --no-wait            release without checking that the pre-buffer is resident\n"
+"  --judge-at-exit S    with --pid: after the replay, wait up to S seconds for the app's exit\n"
+"                       and report the scheduled files' residency there (hook feedback)\n"
 "exit: 0 done, 1 error, 2 usage, 3 schedule refused (corrupt/foreign; the app runs normally)\n";
 
 static int set_ioprio(const char *cls)
@@ -95,6 +97,9 @@ int main(int argc, char **argv)
 	const char *stats_path = NULL;
 	int stats_fd = -1, rc, ex = 0;
 	long uid = -1, gid = -1;
+	unsigned judge_wait_s = 0;
+	int exit_fd = -1;
+	struct exit_check xc;
 	static const struct option opts[] = {
 		{ "mode", required_argument, 0, 'm' }, { "engine", required_argument, 0, 'e' },
 		{ "depth", required_argument, 0, 'd' }, { "notify-fd", required_argument, 0, 'n' },
@@ -103,7 +108,7 @@ int main(int argc, char **argv)
 		{ "reserve-mb", required_argument, 0, 'r' }, { "psi-limit", required_argument, 0, 'P' },
 		{ "ioprio", required_argument, 0, 'i' }, { "uid", required_argument, 0, 'u' },
 		{ "gid", required_argument, 0, 'g' }, { "no-wait", no_argument, 0, 'W' },
-		{ "pid-fd", required_argument, 0, 'F' },
+		{ "pid-fd", required_argument, 0, 'F' }, { "judge-at-exit", required_argument, 0, 'J' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
 
 	for (int ch; (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
@@ -127,6 +132,7 @@ int main(int argc, char **argv)
 		case 'S': stats_fd = (int)num(optarg, 0, 1 << 20); break;
 		case 's': stats_path = optarg; break;
 		case 'F': o.pid_fd = (int)num(optarg, 0, 1 << 20); break;
+		case 'J': judge_wait_s = (unsigned)num(optarg, 1, 86400); break;
 		case 'p': o.app_pid = (pid_t)num(optarg, 1, 1 << 30); break;
 		case 'H': o.horizon_bytes = (uint64_t)num(optarg, 0, 1 << 20) << 20; break;
 		case 'r': o.reserve_bytes = (uint64_t)num(optarg, 0, 1l << 30) << 20; break;
@@ -151,6 +157,9 @@ int main(int argc, char **argv)
 		close_notify(o.notify_fd);
 		return EXIT_USAGE;
 	}
+	/* the app's pidfd now, while its exec is held: its pid cannot be reused before we wait */
+	if (judge_wait_s)
+		exit_fd = exit_check_open(o.app_pid);
 	if (stats_path) {
 		stats_fd = open(stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (stats_fd < 0)
@@ -210,10 +219,17 @@ int main(int argc, char **argv)
 		ex = 1;
 	}
 	e.fini(&e);
+	if (exit_fd >= 0) {
+		exit_check_run(exit_fd, &s, judge_wait_s, &xc);
+		exit_fd = -1;
+		ri.exit = &xc;
+	}
 report:
 	if (sf)
 		stats_write(sf, &ri, &st, e.name ? &e : NULL);
 done:
+	if (exit_fd >= 0)
+		close(exit_fd);
 	if (sf)
 		fclose(sf);
 	free(st.segs);

@@ -27,6 +27,18 @@ static int by_cachestat(int fd, uint64_t off, uint64_t len, uint64_t *pages)
 	return 0;
 }
 
+int residency_evicted(int fd, uint64_t off, uint64_t len, uint64_t *pages)
+{
+	struct ws_cachestat_range r = { off, len };
+	struct ws_cachestat cs;
+	if (have_cachestat == 0)
+		return -ENOSYS;
+	if (syscall(__NR_cachestat, fd, &r, &cs, 0) < 0)
+		return -errno;
+	*pages = cs.nr_recently_evicted;
+	return 0;
+}
+
 static int by_mincore(int fd, uint64_t off, uint64_t len, uint64_t *pages)
 {
 	long psz = sysconf(_SC_PAGESIZE);

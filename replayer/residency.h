@@ -9,6 +9,10 @@
  * (-EPERM: the kernel will not tell this caller; residency is unknown). */
 int residency(int fd, uint64_t off, uint64_t len, uint64_t *cached_bytes);
 
+/* Pages of [off, off+len) evicted recently (reclaimed, their refault still remembered): needs
+ * cachestat(2). Returns 0, or -errno (-ENOSYS: the kernel cannot tell). */
+int residency_evicted(int fd, uint64_t off, uint64_t len, uint64_t *pages);
+
 /* Which method the last successful call used: "cachestat" or "mincore". */
 const char *residency_method(void);
 

@@ -103,6 +103,11 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 			(unsigned long long)g->bytes, (unsigned long long)g->bytes_fetched,
 			(unsigned long long)g->t_start_ns, (unsigned long long)g->t_end_ns);
 	}
-	fprintf(f, "]}\n");
+	fprintf(f, "]");
+	if (ri->exit) {
+		fprintf(f, ",\n ");
+		exit_check_write(f, ri->exit);
+	}
+	fprintf(f, "}\n");
 	fflush(f);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "engine.h"
+#include "exitcheck.h"
 #include "replay.h"
 
 struct run_info {
@@ -13,6 +14,7 @@ struct run_info {
 	const char *mode, *engine, *ioprio;
 	unsigned long long schedule_id;
 	unsigned depth;
+	const struct exit_check *exit; /* --judge-at-exit: the app's exit and residency there */
 };
 
 void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *st,

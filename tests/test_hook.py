@@ -2,6 +2,7 @@
 
 import math
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from click.testing import CliRunner
 
-from conftest import REPO
+from conftest import REPO, require
 from warmstart.cli import cli
 from warmstart.errors import WarmstartError
 from warmstart.hook.config import load_config
@@ -130,3 +131,27 @@ def test_c_index_tests_pass():
         pytest.skip("build/test-hook-index not built: run `make binaries ctest`")
     r = subprocess.run([str(binary)], capture_output=True, text=True)
     assert r.returncode == 0 and "0 failed" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_learner_is_part_of_the_service(tmp_path):
+    """Under systemd the learner has its own unit, bound to the daemon's (started, stopped and
+    restarted with it), so feedback and learning run again after a reboot."""
+    import configparser
+    from warmstart.hook import service
+    from warmstart.hook.layout import HookPaths
+    paths = HookPaths(tmp_path, tmp_path / "var/lib/warmstart", tmp_path / "run/warmstart", tmp_path / "etc")
+    daemon = configparser.ConfigParser(strict=False, interpolation=None)
+    daemon.read_string(service.write_unit(paths).read_text())
+    learner = configparser.ConfigParser(strict=False, interpolation=None)
+    learner.read_string(service.write_learner_unit(paths, "/var/lib/warmstart/warmstart.db").read_text())
+    assert "warmstart-learner.service" in daemon["Unit"]["Wants"]
+    assert daemon["Service"]["RuntimeDirectory"] == "warmstart"  # /run/warmstart after a reboot
+    assert learner["Unit"]["PartOf"] == "warmstartd.service"
+    assert learner["Service"]["Restart"] == "on-failure"
+    assert learner["Service"]["ExecStart"].endswith("--db /var/lib/warmstart/warmstart.db hook learner")
+    assert learner["Install"]["WantedBy"] == "multi-user.target"
+    assert "@" not in learner["Service"]["ExecStart"] + learner["Service"]["Environment"]
+    require(shutil.which("systemd-analyze") is not None, "needs systemd-analyze (Debian's systemd)")
+    r = subprocess.run(["systemd-analyze", "verify", str(paths.unit), str(paths.learner_unit)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr

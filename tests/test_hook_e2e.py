@@ -159,10 +159,14 @@ def test_plain_launch_is_prefetched_like_warmstart_run(hookenv, capsys):
     # accuracy feedback: every hooked launch gets a launches row (mode "hook") from the learner
     rows = wait_for_hook_rows(h, REPS)[-REPS:]
     with capsys.disabled():
-        print("feedback:", [(r["launch_time_s"], r["details"]["feedback"]["hit_ratio"],
-                             r["details"]["feedback"]["missed_bytes"], r["prefetched_bytes"],
+        print("feedback:", [(r["launch_time_s"], r["details"]["feedback"].get("hit_ratio"),
+                             r["details"]["feedback"].get("missed_bytes"), r["prefetched_bytes"],
                              r["details"]["replay"].get("t_prebuffer_ns")) for r in rows])
-    assert all(r["details"]["feedback"]["hit_ratio"] is not None for r in rows)
+    assert all(r["details"]["feedback"]["judged"] and r["details"]["feedback"]["hit_ratio"] is not None
+               for r in rows), [r["details"]["feedback"] for r in rows]
+    # the launch time comes from the exit itself (the replayer's pidfd), not from polling
+    for r, t in zip(rows, times["hook"]):
+        assert 0 < r["launch_time_s"] <= t + 0.01, (r["launch_time_s"], t)
     # The 5 % target against `warmstart run` is a performance claim: `warmstart bench --modes
     # segmented,hook` measures it. Here only that the hook delivers most of run's gain, with a
     # margin a noisy host cannot eat (measured 85-103 % of it; CI once saw the ratio swing to +15 %).
@@ -205,6 +209,49 @@ def test_learn_auto_prefetches_the_second_plain_launch(hookenv, capsys):
     with capsys.disabled():
         print(f"learn: first plain launch {t1:.3f} s (recorded), second {t2:.3f} s; hooked: {hooked}")
     assert hooked and hooked[-1]["outcome"] == "ready"
+
+
+def _hog_page_cache():
+    """Allocate and touch all but ~1 GiB of the memory available: the kernel evicts page cache
+    (what a browser or a build does to a desktop between two launches of an app)."""
+    avail = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemAvailable:")) * 1024
+    size = max(0, avail - (1 << 30))
+    code = ("import sys; n = int(sys.argv[1]); b = bytearray(n); c = b'x' * (64 << 20)\n"
+            "for o in range(0, n - len(c), len(c)): b[o:o + len(c)] = c")
+    subprocess.run([sys.executable, "-c", code, str(size)], check=True, timeout=120)
+
+
+def test_twenty_launches_with_cache_loss_all_prefetched(hookenv, capsys):
+    """Everyday use: the page cache is dropped right after every hooked launch's exit, and a
+    memory hog evicts it between some of them. The feedback must not take that for a bad
+    schedule: all 20 launches are prefetched and the app never leaves the index."""
+    h = hookenv
+    name = "hk-async"
+    record_and_analyze(h, name)
+    h.wsj("hook", "install")
+    outcomes = []
+    for i in range(20):
+        h.disk.drop_caches()
+        t, p = h.plain(name)
+        assert p.returncode == 0, p.stderr
+        h.disk.drop_caches()  # right after the exit: the replayer's verdict is taken at the exit
+        if i % 7 == 3:
+            _hog_page_cache()
+        outcomes.append([e for e in h.events() if e.get("event") == "launch"][-1]["outcome"])
+        status = h.wsj("hook", "status")
+        assert name in status["index"]["apps"], f"launch {i + 1}: {name} left the index: {status}"
+    rows = wait_for_hook_rows(h, 20, timeout=120)
+    verdicts = [r["details"]["feedback"] for r in rows]
+    with capsys.disabled():
+        print(f"\n20 hooked launches with cache loss: outcomes {outcomes}; judged "
+              f"{sum(v['judged'] for v in verdicts)}, not judged: "
+              f"{sorted({v['not_judged'] for v in verdicts if not v['judged']})}; hit ratios "
+              f"{[round(v['hit_ratio'], 2) for v in verdicts if v.get('hit_ratio') is not None]}")
+    assert outcomes == ["ready"] * 20 or all(o in ("ready", "deadline") for o in outcomes), outcomes
+    assert all((r["prefetched_bytes"] or 0) > 0 for r in rows), [r["prefetched_bytes"] for r in rows]
+    assert not any(v["action"] for v in verdicts), verdicts
+    status = h.wsj("hook", "status")
+    assert name in status["index"]["apps"] and not status["degraded"], status
 
 
 CONCURRENT = {  # name -> (argv inside the image, check of a plain run's result)
@@ -282,8 +329,9 @@ def test_several_recorded_apps_launched_at_once(hookenv, capsys):
         # every event of the round in the message: a missing launch shows what the daemon did instead
         assert len(hooked) == 3 and all(e["outcome"] in ("ready", "deadline") for e in hooked), since
         outcomes.extend((e["outcome"], e["held_ms"]) for e in hooked)
-        for e in hooked:
-            assert e["held_ms"] <= 1000 + 60, e
+        holds = {e["schedule_id"]: e["hold_ms"] for e in h.wsj("hook", "refresh")["entries"]}
+        for e in hooked:  # released by the entry's own deadline (docs/hook.md, "Hold policy")
+            assert e["held_ms"] <= holds[e["schedule_id"]] + 60, (e, holds)
         wait_for_hook_rows(h, 3 * (rep + 1))
     med = {k: statistics.median(t for t, _ in v) for k, v in times.items()}
     with capsys.disabled():

@@ -43,6 +43,7 @@ def emit(obj, as_json, text=None):
 COMMANDS = {
     "record": ("record", "record"),
     "recordings": ("recordings", "recordings"),
+    "forget": ("forget", "forget"),
     "analyze": ("analyze", "analyze"),
     "profile-disk": ("profile_disk", "profile_disk"),
     "show": ("show", "show"),

@@ -36,9 +36,10 @@ def app_id(conn: sqlite3.Connection, name: str) -> int:
 
 
 def recordings(conn: sqlite3.Connection, app: int, ids: Optional[Sequence[int]] = None) -> List[RecordingInfo]:
-    rows = conn.execute("SELECT id, launch_time_s, lost_events, status, cpu_total_s, warm_cpu_s FROM recordings"
-                        " WHERE app_id = ? ORDER BY id", (app,)).fetchall()
-    out = [RecordingInfo(*r) for r in rows]
+    """The app's current recordings (superseded ones no longer vote), or exactly `ids`."""
+    rows = conn.execute("SELECT id, launch_time_s, lost_events, status, cpu_total_s, warm_cpu_s, superseded_by"
+                        " FROM recordings WHERE app_id = ? ORDER BY id", (app,)).fetchall()
+    out = [RecordingInfo(*r[:6]) for r in rows if ids or r[6] is None]
     if ids:
         missing = set(ids) - {r.id for r in out}
         if missing:

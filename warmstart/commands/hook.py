@@ -90,6 +90,7 @@ def status(obj, as_json):
         lines.append(f"preload shim: {r['preload'] or 'not installed'}")
         if r["launches"]:
             lines.append(f"recent hooked launches: {r['launches']['launches']} {r['launches']['outcomes']}")
+        lines += [f"degraded: {app}: {why}" for app, why in sorted((r.get("degraded") or {}).items())]
         return "\n".join(lines)
     emit(r, as_json, text)
 
@@ -140,4 +141,13 @@ def learner(obj, as_json):
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    learner_mod.Learner(db_file, paths, cfg).serve(stop)
+    paths.run.mkdir(parents=True, exist_ok=True)  # /run is empty after a reboot
+    paths.learner_pidfile.write_text(f"{os.getpid()}\n")  # started directly or by systemd alike
+    try:
+        learner_mod.Learner(db_file, paths, cfg).serve(stop)
+    finally:
+        try:
+            if int(paths.learner_pidfile.read_text().split()[0]) == os.getpid():
+                paths.learner_pidfile.unlink()
+        except (OSError, ValueError, IndexError):
+            pass

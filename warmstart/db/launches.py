@@ -24,6 +24,35 @@ def insert_launch(conn: sqlite3.Connection, *, mode: str, launch_time_s: float,
     return cur.lastrowid
 
 
+def apps_with_hook_launches(conn: sqlite3.Connection) -> List[tuple]:
+    """(app id, name) of every app with hooked launches."""
+    return [tuple(r) for r in conn.execute(
+        "SELECT DISTINCT a.id, a.name FROM launches l JOIN apps a ON a.id = l.app_id WHERE l.mode = 'hook'"
+        " ORDER BY a.name")]
+
+
+def last_launch_id(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT coalesce(max(id), 0) FROM launches").fetchone()[0]
+
+
+def unclaimed_hook_launch(conn: sqlite3.Connection, app_id: int, after_id: int) -> Optional[dict]:
+    """The first hooked launch of the app stored after `after_id` by the learner (no bench run yet)."""
+    row = conn.execute("SELECT * FROM launches WHERE app_id = ? AND mode = 'hook' AND bench_id IS NULL AND id > ?"
+                       " ORDER BY id LIMIT 1", (app_id, after_id)).fetchone()
+    return _as_dict(row) if row else None
+
+
+def claim_launch(conn: sqlite3.Connection, launch_id: int, *, bench_id: str, disk: str, launch_time_s: float,
+                 exit_status: Optional[int], extra: dict) -> None:
+    """Make a launch the learner stored part of a bench run, timed as the bench times launches."""
+    details = json.loads(conn.execute("SELECT details_json FROM launches WHERE id = ?",
+                                      (launch_id,)).fetchone()[0] or "{}")
+    details["bench"] = extra
+    conn.execute("UPDATE launches SET bench_id = ?, disk = ?, launch_time_s = ?, exit_status = ?, details_json = ?"
+                 " WHERE id = ?", (bench_id, disk, launch_time_s, exit_status,
+                                   json.dumps(details, sort_keys=True, default=str), launch_id))
+
+
 def get_launch(conn: sqlite3.Connection, launch_id: int) -> Optional[dict]:
     row = conn.execute("SELECT * FROM launches WHERE id = ?", (launch_id,)).fetchone()
     return _as_dict(row) if row else None

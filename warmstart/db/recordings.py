@@ -99,11 +99,50 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(rid, f.dev, f.ino, f.path, f.size, f.mtime_ns, f.ctime_ns,
                   None if f.extents is None else json.dumps([list(e) for e in f.extents])) for f in rec.files])
+            supersede_older(conn, app_id, rid)
     except sqlite3.OperationalError as e:
         if "full" in str(e).lower():
             raise WarmstartError("database disk is full; nothing was stored: free space or pass --db PATH elsewhere")
         raise WarmstartError(f"cannot store the recording ({e}); nothing was stored")
     return rid
+
+
+def supersede_older(conn: sqlite3.Connection, app_id: int, rid: int) -> List[int]:
+    """Mark the app's older current recordings superseded by the new one `rid` when it was made
+    because the app changed: its active schedule is stale (re-learned after feedback or a changed
+    file), or a file both read has another identity now (an upgrade: the old recording's blocks
+    of it are gone, and a majority vote of old recordings would outvote the new blocks).
+    Recordings of an unchanged app stay current: repeated recordings are merged by vote."""
+    stale = conn.execute("SELECT 1 FROM schedules WHERE app_id = ? AND active = 1 AND stale = 1",
+                         (app_id,)).fetchone() is not None
+    older = [r[0] for r in conn.execute("SELECT id FROM recordings WHERE app_id = ? AND id != ? AND "
+                                        "superseded_by IS NULL", (app_id, rid))]
+    if not stale:
+        older = [o for o in older if conn.execute(
+            "SELECT 1 FROM recording_files a JOIN recording_files b ON a.path = b.path"
+            " WHERE a.recording_id = ? AND b.recording_id = ? AND a.path IS NOT NULL AND"
+            " (a.ino != b.ino OR a.size IS NOT b.size OR a.mtime_ns IS NOT b.mtime_ns) LIMIT 1",
+            (o, rid)).fetchone()]
+    conn.executemany("UPDATE recordings SET superseded_by = ? WHERE id = ?", [(rid, o) for o in older])
+    return older
+
+
+def prune_recordings(conn: sqlite3.Connection, app_id: Optional[int] = None,
+                     keep: Optional[int] = None) -> List[int]:
+    """Delete superseded recordings and, with `keep`, all but the newest `keep` current ones of
+    each app; returns the deleted ids."""
+    where, args = "", []
+    if app_id is not None:
+        where, args = " AND app_id = ?", [app_id]
+    doomed = [r[0] for r in conn.execute(f"SELECT id FROM recordings WHERE superseded_by IS NOT NULL{where}", args)]
+    if keep is not None:
+        for (a,) in conn.execute(f"SELECT DISTINCT app_id FROM recordings WHERE 1{where}", args).fetchall():
+            doomed += [r[0] for r in conn.execute(
+                "SELECT id FROM recordings WHERE app_id = ? AND superseded_by IS NULL ORDER BY id DESC"
+                " LIMIT -1 OFFSET ?", (a, keep))]
+    with transaction(conn):
+        conn.executemany("DELETE FROM recordings WHERE id = ?", [(i,) for i in doomed])
+    return sorted(doomed)
 
 
 def list_recordings(conn: sqlite3.Connection, app_id: Optional[int] = None) -> List[sqlite3.Row]:

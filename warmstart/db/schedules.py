@@ -198,6 +198,10 @@ def list_schedules(conn: sqlite3.Connection, app_name: str) -> List[dict]:
         " FROM schedules WHERE app_id = ? ORDER BY id", (app_id,))]
 
 
+def app_of_schedule(conn: sqlite3.Connection, schedule_id: int) -> int:
+    return conn.execute("SELECT app_id FROM schedules WHERE id = ?", (schedule_id,)).fetchone()[0]
+
+
 def mark_stale(conn: sqlite3.Connection, schedule_id: int, stale: bool = True) -> None:
     conn.execute("UPDATE schedules SET stale = ? WHERE id = ?", (int(stale), schedule_id))
 

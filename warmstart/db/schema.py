@@ -235,6 +235,11 @@ CREATE TABLE page_uses (
     PRIMARY KEY (recording_id, dev, ino, first_index)
 );
 """),
+    # A recording made because the app changed (its schedule went stale, or the files it reads
+    # were upgraded) replaces the older ones: they no longer vote in `analyze` (docs/recording.md).
+    ("superseded recordings", """
+ALTER TABLE recordings ADD COLUMN superseded_by INTEGER REFERENCES recordings(id) ON DELETE SET NULL;
+"""),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

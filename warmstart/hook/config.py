@@ -6,7 +6,8 @@
     max_hold_fraction = 0.6       #   never more than this share of the recorded cold launch,
     min_hold_ms = 20              #   never less than this,
     max_hold_ms = 10000           #   never more than this (at most 60000; docs/hook.md "Hold policy")
-    accuracy_threshold = 0.8      # re-learn an app whose prefetch accuracy falls below this
+    accuracy_threshold = 0.8      # a hooked launch whose hit ratio at its exit is below this is bad;
+    stale_after_bad = 3           #   this many bad verdicts in a row: re-learn (auto) or degraded (off)
     learn_idle_cpu = 0.5          # learned apps are analyzed when CPU busy < this and
     learn_idle_io_kbps = 2048     #   disk I/O < this, over learn_idle_sample_s (2.0),
     learn_idle_max_s = 600.0      #   or after this long anyway
@@ -37,6 +38,7 @@ class HookConfig:
     min_hold_ms: int = 20
     max_hold_ms: int = 10000
     accuracy_threshold: float = 0.8
+    stale_after_bad: int = 3          # consecutive bad verdicts before acting (docs/hook.md)
     learn_idle_cpu: float = 0.5       # analyze learned apps when CPU busy is below this ...
     learn_idle_io_kbps: int = 2048    # ... and disk I/O below this (KiB/s, over learn_idle_sample_s)
     learn_idle_sample_s: float = 2.0
@@ -95,6 +97,8 @@ def load_config(path: Optional[Path] = None, system: Optional[bool] = None) -> H
         raise WarmstartError(f"config {path}: need 0 <= min_hold_ms <= max_hold_ms <= {HOLD_CAP_MS}")
     if not 0.0 < cfg.accuracy_threshold <= 1.0 or cfg.hold_factor <= 0:
         raise WarmstartError(f"config {path}: accuracy_threshold must be in (0, 1] and hold_factor > 0")
+    if cfg.stale_after_bad < 1:
+        raise WarmstartError(f"config {path}: stale_after_bad must be at least 1")
     if not 0.0 < cfg.max_hold_fraction <= 1.0:
         raise WarmstartError(f"config {path}: max_hold_fraction must be in (0, 1]: a hold as long as "
                              f"the cold launch itself can only make the launch slower")

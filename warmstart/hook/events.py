@@ -6,6 +6,9 @@ index skip them until the app is re-learned.
 """
 
 import json
+import os
+import time
+import uuid
 from collections import Counter
 from typing import Dict
 
@@ -49,10 +52,43 @@ def sync(conn, paths: HookPaths) -> Dict[str, int]:
     return {"records": len(records), "stale_marked": len(stale), **{f"launches_{k}": v for k, v in outcomes.items()}}
 
 
-def summary(paths: HookPaths, last: int = 2000) -> dict:
-    """Counts over the last `last` launch records, for `status`."""
+def generation(paths: HookPaths) -> dict:
+    """The current install's generation: {"id", "db", "events_offset"} ({} before any install)."""
     try:
-        lines = paths.events.read_bytes().splitlines()[-last:]
+        return json.loads(paths.generation.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def start_generation(paths: HookPaths, db_path: str) -> dict:
+    """A new install: every record the daemon wrote before this point belongs to an earlier
+    install (maybe of another database, whose schedule ids collide with this one's) and is
+    never folded in or judged. The daemon may be running and appending, so the log is not
+    moved: both readers start past its current end, and old launch reports are removed."""
+    try:
+        offset = paths.events.stat().st_size
+    except FileNotFoundError:
+        offset = 0
+    gen = {"id": uuid.uuid4().hex, "db": os.path.realpath(db_path), "events_offset": offset,
+           "started_at": time.time()}
+    paths.state.mkdir(parents=True, exist_ok=True)
+    for f in (paths.events_offset, paths.feedback_offset):
+        f.write_text(str(offset))
+    if paths.launches.is_dir():
+        for f in paths.launches.iterdir():
+            f.unlink(missing_ok=True)
+    tmp = paths.generation.with_suffix(".tmp")
+    tmp.write_text(json.dumps(gen))
+    os.replace(tmp, paths.generation)
+    return gen
+
+
+def summary(paths: HookPaths, last: int = 2000) -> dict:
+    """Counts over the last `last` launch records of this install, for `status`."""
+    try:
+        with open(paths.events, "rb") as f:
+            f.seek(generation(paths).get("events_offset", 0))
+            lines = f.read().splitlines()[-last:]
     except FileNotFoundError:
         return {}
     launches = []

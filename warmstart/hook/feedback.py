@@ -1,111 +1,129 @@
-"""Accuracy feedback for hooked launches: what the replayer prefetched, what the launch read that
-the schedule did not cover, a `launches` row (mode "hook"), and re-learning when it gets worse.
+"""Accuracy feedback for hooked launches: a `launches` row (mode "hook") per launch, a verdict on
+the schedule, and what to do when verdicts stay bad (docs/hook.md, "Accuracy feedback").
 
-Measured after the launch from what is left in the page cache (mincore of the scheduled files):
-  prefetched  = the replayer's bytes_fetched (its stats JSON, written when the app exits)
-  missed      = resident bytes of the scheduled files OUTSIDE the scheduled ranges: the launch
-                read them and the schedule did not have them (a changed file, a new code path)
-  hit ratio   = scheduled bytes resident / (scheduled bytes resident + missed)
-Limits (honest): reads of files that are not in the schedule at all are not seen (that needs
-filemap tracing); a prefetched page the app never touched cannot be told from a used one, so
-this is coverage of the launch's reads, not precision of the prefetch; and a launch that found
-its data already cached (replayer bytes_resident > half the schedule) is stored but not judged.
+The verdict is taken at the launch's exit, by the replayer (`--judge-at-exit`, replayer/
+exitcheck.c), never from the page cache some time later, which a cache drop or a memory hog
+may have emptied meanwhile:
+  prefetched  = the replayer's bytes_fetched
+  missed      = bytes of the scheduled files resident OUTSIDE the scheduled ranges at the exit:
+                the launch read them and the schedule did not have them
+  hit ratio   = scheduled bytes resident / (that + missed), at the exit
+A launch is stored but NOT judged when its measurement cannot be trusted: no measurement at the
+exit, over half the schedule was cached before the replay (a warm launch), pages of the
+schedule were evicted during the launch (cachestat's recently evicted), or less than half of
+what the replay made resident was still there at the exit (the cache was dropped).
+
+Only `stale_after_bad` consecutive bad verdicts act: with learn = "auto" the schedule is marked
+stale and the app re-learned on its next launch; with learn = "off" it keeps being prefetched
+and is shown as degraded, with the reason, in `hook status` and `report`.
+Limits: reads of files outside the schedule are not seen; a prefetched page the app never
+touched cannot be told from a used one, so this is coverage of the launch's reads.
 """
 
-import ctypes
-import mmap
-import os
 from typing import Dict, List, Optional, Tuple
 
 from ..db import launches
-from ..db.schedules import load_schedule, mark_stale
+from ..db.schedules import app_of_schedule, mark_stale
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+MIB = 1 << 20
 
 
-def resident_pages(path: bytes) -> Optional[List[bool]]:
-    """Per page of the file: in the page cache (mincore of a shared read-only mapping, which
-    faults nothing in)? None if it cannot be opened or mapped."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return []
-        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            return None
-        try:
-            vec = (ctypes.c_ubyte * ((size + PAGE - 1) // PAGE))()
-            if _libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec) != 0:
-                return None
-            return [bool(v & 1) for v in vec]
-        finally:
-            _libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(size))
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+def measure(stats: Optional[dict]) -> Tuple[Optional[dict], Optional[str]]:
+    """(the exit measurement, None) or (None, why this launch cannot be judged)."""
+    stats = stats or {}
+    x = stats.get("exit")
+    if not stats:
+        return None, "the replayer left no report (it was refused or killed)"
+    if not x or not x.get("asked"):
+        return None, "no measurement at the exit (replayer without --judge-at-exit)"
+    scheduled = stats.get("bytes_scheduled") or 0
+    resident_before = stats.get("bytes_resident") or 0
+    made_resident = (stats.get("bytes_fetched") or 0) + resident_before
+    inside = x.get("scheduled_resident_bytes") or 0
+    if scheduled and resident_before > scheduled / 2:
+        return None, "over half the schedule was cached before the replay (a warm launch)"
+    evicted_pages = x.get("recently_evicted_pages") or 0
+    if evicted_pages * 4096 > max(MIB, scheduled // 100):
+        return None, f"{evicted_pages} pages of the schedule were evicted during the launch (memory pressure)"
+    if made_resident and inside < made_resident / 2:
+        return None, (f"only {inside // MIB} of the {made_resident // MIB} MiB the replay made resident "
+                      f"were still cached at the exit (the cache was dropped or evicted)")
+    return x, None
 
 
-def measure(schedule) -> Dict[str, int]:
-    """Bytes of the scheduled files resident inside and outside the scheduled ranges."""
-    wanted: Dict[bytes, set] = {}
-    for seg in schedule.segments:
-        for r in seg.ranges:
-            if r.file is None or r.file_offset is None:
-                continue
-            pages = wanted.setdefault(r.file.path, set())
-            pages.update(range(r.file_offset // PAGE, (r.file_offset + r.length + PAGE - 1) // PAGE))
-    inside = outside = files = 0
-    for path, pages in wanted.items():
-        res = resident_pages(path)
-        if res is None:
-            continue
-        files += 1
-        for i, r in enumerate(res):
-            if r:
-                if i in pages:
-                    inside += PAGE
-                else:
-                    outside += PAGE
-    return {"scheduled_resident_bytes": inside, "missed_bytes": outside, "files_checked": files}
+def _verdict(x: dict, threshold: float, previous_missed: List[int]) -> dict:
+    covered, missed = x["scheduled_resident_bytes"], x["missed_bytes"]
+    hit = covered / (covered + missed) if covered + missed else None
+    prev = sorted(previous_missed[-5:])
+    baseline = prev[len(prev) // 2] if prev else None
+    grew = baseline is not None and missed > max(2 * baseline, baseline + 4 * MIB)
+    bad = hit is not None and (hit < threshold or grew)
+    reason = None
+    if bad:
+        reason = (f"hit ratio {hit:.0%} below {threshold:.0%}" if hit < threshold else
+                  f"misses grew to {missed} B (median before {baseline} B)")
+    return {"hit_ratio": hit, "missed_bytes": missed, "scheduled_resident_bytes": covered,
+            "files_checked": x.get("files_checked"), "missed_baseline_bytes": baseline,
+            "bad": bad, "reason": reason}
 
 
-def judge(conn, event: dict, stats: Optional[dict], launch_time_s: Optional[float],
-          threshold: float) -> Tuple[int, dict]:
+def judged_history(conn, app_id: int) -> List[dict]:
+    """The feedback of this app's judged hooked launches, oldest first."""
+    return [l["details"]["feedback"] for l in launches.list_launches(conn, app_id=app_id, mode="hook")
+            if (l["details"].get("feedback") or {}).get("judged")]
+
+
+def bad_streak(history: List[dict]) -> int:
+    """How many of the latest judged verdicts in a row were bad."""
+    n = 0
+    for v in reversed(history):
+        if not v.get("bad"):
+            break
+        n += 1
+    return n
+
+
+def judge(conn, event: dict, stats: Optional[dict], cfg) -> Tuple[int, dict]:
     """Store the launches row of one hooked launch; returns (launch id, verdict)."""
     sid = event["schedule_id"]
-    sched = load_schedule(conn, sid)
-    row = conn.execute("SELECT app_id FROM schedules WHERE id = ?", (sid,)).fetchall()[0]
-    m = measure(sched)
+    app_id = app_of_schedule(conn, sid)
+    x, not_judged = measure(stats)
+    history = judged_history(conn, app_id)
+    verdict = {"judged": x is not None, "not_judged": not_judged, "threshold": cfg.accuracy_threshold,
+               "bad": False, "action": None}
+    if x is not None:
+        verdict.update(_verdict(x, cfg.accuracy_threshold,
+                                [v["missed_bytes"] for v in history if v.get("missed_bytes") is not None]))
+        streak = bad_streak(history + [verdict])
+        verdict["bad_streak"] = streak
+        if streak >= cfg.stale_after_bad:
+            verdict["action"] = "relearn" if cfg.learn == "auto" else "degraded"
     stats = stats or {}
-    scheduled = stats.get("bytes_scheduled") or sched.total_bytes or 1
-    warm = (stats.get("bytes_resident") or 0) > scheduled / 2
-    covered = m["scheduled_resident_bytes"]
-    hit = covered / (covered + m["missed_bytes"]) if covered + m["missed_bytes"] else None
-    prev = [l["details"].get("feedback", {}).get("missed_bytes") for l in
-            launches.list_launches(conn, app_id=row["app_id"], mode="hook")][-5:]
-    prev = sorted(x for x in prev if x is not None)
-    baseline = prev[len(prev) // 2] if prev else None
-    grew = baseline is not None and m["missed_bytes"] > max(2 * baseline, baseline + 4 * 2**20)
-    relearn = not warm and hit is not None and (hit < threshold or grew)
-    verdict = {**m, "hit_ratio": hit, "warm_before": warm, "threshold": threshold,
-               "missed_baseline_bytes": baseline, "relearn": relearn,
-               "reason": None if not relearn else
-               (f"hit ratio {hit:.0%} below {threshold:.0%}" if hit < threshold else
-                f"misses grew to {m['missed_bytes']} B (median before {baseline} B)")}
+    x = stats.get("exit") or {}
+    # the exact launch time: exec (the daemon's clock) to the exit, both CLOCK_MONOTONIC
+    launch_s = (x["t_measured"] - event["t_exec"]) if x.get("exited") and event.get("t_exec") else -1.0
     lid = launches.insert_launch(
-        conn, mode="hook", launch_time_s=launch_time_s if launch_time_s is not None else -1.0,
-        app_id=row["app_id"], schedule_id=sid, mechanism=stats.get("engine"),
-        prefetched_bytes=stats.get("bytes_fetched"), used_bytes=covered + m["missed_bytes"],
-        prefetched_used_bytes=covered,
+        conn, mode="hook", launch_time_s=launch_s, app_id=app_id, schedule_id=sid,
+        mechanism=stats.get("engine"), prefetched_bytes=stats.get("bytes_fetched"),
+        used_bytes=(verdict.get("scheduled_resident_bytes") or 0) + (verdict.get("missed_bytes") or 0)
+        if verdict["judged"] else None,
+        prefetched_used_bytes=verdict.get("scheduled_resident_bytes") if verdict["judged"] else None,
         details={"hook_event": event, "replay": stats, "feedback": verdict})
-    if relearn:
+    if verdict["action"] == "relearn":
         mark_stale(conn, sid)  # leaves the index at the next refresh; learn=auto re-records it
     return lid, verdict
+
+
+def degraded(conn, cfg) -> Dict[str, str]:
+    """Apps whose latest `stale_after_bad` judged hooked launches were all bad: app -> reason.
+    What `hook status` and `report` show; with learn = "off" these apps are still prefetched."""
+    out = {}
+    for app_id, name in launches.apps_with_hook_launches(conn):
+        history = judged_history(conn, app_id)
+        streak = bad_streak(history)
+        if streak >= cfg.stale_after_bad:
+            what = ("re-learned on its next launch (learn = \"auto\")" if cfg.learn == "auto" else
+                    "still prefetched (learn = \"off\"): re-record it with `warmstart record`, or set "
+                    "learn = \"auto\" in the hook's config")
+            out[name] = f"{streak} bad verdicts in a row, the last: {history[-1]['reason']}; {what}"
+    return out

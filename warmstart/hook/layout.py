@@ -46,6 +46,10 @@ class HookPaths:
         return self.etc / "systemd" / "system" / "warmstartd.service"
 
     @property
+    def learner_unit(self) -> Path:
+        return self.etc / "systemd" / "system" / "warmstart-learner.service"
+
+    @property
     def ld_so_preload(self) -> Path:
         return self.etc / "ld.so.preload"
 
@@ -74,6 +78,11 @@ class HookPaths:
     @property
     def learner_events(self) -> Path:
         return self.state / "learner-events.jsonl"
+
+    @property
+    def generation(self) -> Path:
+        """Which install (and database) the events from an offset on belong to: events.py."""
+        return self.state / "hook.generation"
 
     @property
     def feedback_offset(self) -> Path:

@@ -43,6 +43,10 @@ MAX_REQUEST = 16384
 JSON_LOG = False   # `warmstart hook learner --json`: one JSON object per log line
 
 
+# The daemon starts each hooked launch's replayer with --judge-at-exit 60 (WS_JUDGE_WAIT_S in
+# launchd-hook/daemon.h): its report comes at the app's exit, or after that long.
+REPLAYER_JUDGE_WAIT_S = 60
+
 def _log(msg: str) -> None:
     if JSON_LOG:
         print(json.dumps({"time": time.time(), "pid": os.getpid(), "message": msg}), flush=True)
@@ -348,20 +352,20 @@ class Learner:
         relearn = False
         keep = []
         for r, seen in self.waiting:
-            alive = os.path.exists(f"/proc/{r['pid']}")
+            # the replayer writes its report once the app has exited (or after waiting
+            # REPLAYER_JUDGE_WAIT_S for it), with the measurement taken there
+            # (the file exists, empty, from the replayer's start: it is complete once it parses)
             stats_file = r["stats"]
-            if (alive or not os.path.exists(stats_file)) and time.monotonic() - seen < self.cfg.learn_record_timeout_s:
-                keep.append((r, seen))
-                continue
             try:
                 stats = json.loads(open(stats_file).read())
             except (OSError, ValueError):
                 stats = None
-            # when the learner saw the exit (polled every 0.25 s): approximate, marked as such
-            launch_s = time.monotonic() - r["t_exec"] if r.get("t_exec") else None
+            if stats is None and time.monotonic() - seen < REPLAYER_JUDGE_WAIT_S + 60:
+                keep.append((r, seen))
+                continue
             try:
                 with self.db() as conn:
-                    lid, v = feedback.judge(conn, r, stats, launch_s, self.cfg.accuracy_threshold)
+                    lid, v = feedback.judge(conn, r, stats, self.cfg)
             except Exception as e:  # a schedule deleted meanwhile, a locked DB: skip this launch
                 _log(f"feedback for launch of schedule {r.get('schedule_id')} skipped: {e}")
                 continue
@@ -370,10 +374,16 @@ class Learner:
                     os.unlink(stats_file)
                 except OSError:
                     pass
+            if not v["judged"]:
+                _log(f"hooked launch of schedule {r['schedule_id']}: launches row {lid}, not judged: "
+                     f"{v['not_judged']}")
+                continue
             hit = "n/a" if v["hit_ratio"] is None else f"{v['hit_ratio']:.0%}"
             _log(f"hooked launch of schedule {r['schedule_id']}: launches row {lid}, hit ratio {hit}, "
-                 f"missed {v['missed_bytes']} B" + (f"; re-learn: {v['reason']}" if v["relearn"] else ""))
-            relearn |= v["relearn"]
+                 f"missed {v['missed_bytes']} B" + (f"; bad ({v['reason']}), {v['bad_streak']} in a row"
+                                                     if v["bad"] else "")
+                 + (f"; {v['action']}" if v["action"] else ""))
+            relearn |= v["action"] == "relearn"
         self.waiting = keep
         if relearn:
             from .manage import refresh

@@ -5,7 +5,7 @@ import shutil
 from typing import Optional
 
 from ..errors import WarmstartError
-from . import events, preload, service
+from . import events, feedback, preload, service
 from .config import load_config
 from .entries import build_index
 from .index import read_index, write_index
@@ -19,6 +19,10 @@ def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
     events.sync(conn, paths)  # stale marks first, so stale schedules leave the index
     index, skipped = build_index(conn, paths, cfg)
     write_index(os.fsencode(paths.index), index)
+    in_use = {os.fsdecode(e.schedule) for e in index.entries}
+    for f in paths.schedules.glob("*.wsr"):  # exports of forgotten apps and older schedules
+        if str(f) not in in_use:
+            f.unlink(missing_ok=True)
     launchers = {e.schedule_id: os.fsdecode(e.exe) for e in index.entries if e.launcher}
     return {"index": str(paths.index), "entries": [
         {"app": e.name, "schedule_id": e.schedule_id, "hold_ms": e.hold_ms,
@@ -52,8 +56,10 @@ def install(conn, with_preload: bool = False, system_preload: bool = False,
             raise WarmstartError("warmstartd needs root (fanotify permission events): run as root, "
                                  "or use `warmstart hook install --preload` for your own launches")
         cfg = load_config(paths.config if paths.config.exists() else None)
-        result["daemon"] = service.start(paths, cfg=cfg)
         db_file = conn.execute("PRAGMA database_list").fetchone()["file"]
+        service.stop_learner(paths)  # it must not write an old offset after the new generation's
+        result["generation"] = events.start_generation(paths, db_file)["id"]
+        result["daemon"] = service.start(paths, cfg=cfg)
         result["learner"] = {"pid": service.start_learner(paths, db_file), "learn": cfg.learn}
     if with_preload:
         result["preload"] = preload.install(paths, system_preload)
@@ -65,15 +71,18 @@ def uninstall() -> dict:
     stopped = service.stop(paths)
     service.stop_learner(paths)
     removed = []
-    if paths.unit.exists():
-        paths.unit.unlink()
-        removed.append(str(paths.unit))
-        if service.systemd_running():
-            service._systemctl("daemon-reload")
+    units = [u for u in (paths.unit, paths.learner_unit) if u.exists()]
+    for u in units:
+        u.unlink()
+        removed.append(str(u))
+    if units and service.systemd_running():
+        service._systemctl("daemon-reload")
     pre = preload.uninstall(paths)
     if pre:
         removed.append(pre)
-    for f in (paths.index, paths.events_offset, paths.feedback_offset):
+    # the daemon is stopped: its log and launch reports go too, so no later install (of this
+    # database or another) can read them
+    for f in (paths.index, paths.events, paths.events_offset, paths.feedback_offset, paths.generation):
         if f.exists():
             f.unlink()
             removed.append(str(f))
@@ -101,5 +110,6 @@ def status(conn=None) -> dict:
             out["index"] = {"path": str(paths.index), "error": str(e)}
     if conn is not None:
         out["sync"] = events.sync(conn, paths)
+        out["degraded"] = feedback.degraded(conn, load_config(paths.config if paths.config.exists() else None))
     out["launches"] = events.summary(paths)
     return out

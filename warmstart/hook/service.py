@@ -15,6 +15,8 @@ from .config import HookConfig
 from .layout import HookPaths
 
 UNIT_TEMPLATE = REPO_ROOT / "launchd-hook" / "warmstartd.service"
+LEARNER_UNIT_TEMPLATE = REPO_ROOT / "launchd-hook" / "warmstart-learner.service"
+DOCS_URL = (REPO_ROOT / "docs" / "hook.md").as_uri()
 
 
 def systemd_running() -> bool:
@@ -45,27 +47,51 @@ def learner_running(paths: HookPaths) -> Optional[int]:
         return None
 
 
-def start_learner(paths: HookPaths, db_path: str) -> int:
-    """`warmstart hook learner` in the background (learning and accuracy feedback)."""
-    pid = learner_running(paths)
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)  # restart it: the config may have changed
-        _wait_gone(pid)
-    log = open(paths.learner_log, "ab")
-    try:
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        p = subprocess.Popen([sys.executable, "-m", "warmstart", "--db", db_path, "hook", "learner"],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                             close_fds=True, env=env)
-    finally:
-        log.close()
-    paths.learner_pidfile.write_text(f"{p.pid}\n")
+def learner_args(db_path: str):
+    return [sys.executable, "-m", "warmstart", "--db", db_path, "hook", "learner"]
+
+
+def write_learner_unit(paths: HookPaths, db_path: str) -> Path:
+    """The learner's unit, part of warmstartd.service: after a reboot it runs again too."""
+    text = (LEARNER_UNIT_TEMPLATE.read_text().replace("@EXECSTART@", " ".join(learner_args(db_path)))
+            .replace("@ENVIRONMENT@", f"PYTHONPATH={REPO_ROOT}").replace("@DOCS@", DOCS_URL))
+    paths.learner_unit.parent.mkdir(parents=True, exist_ok=True)
+    paths.learner_unit.write_text(text)
+    os.chmod(paths.learner_unit, 0o644)
+    return paths.learner_unit
+
+
+def start_learner(paths: HookPaths, db_path: str, use_systemd: Optional[bool] = None) -> int:
+    """`warmstart hook learner` (learning and accuracy feedback), restarted if it runs: the
+    config or the database may have changed. Under systemd as warmstart-learner.service."""
+    if use_systemd is None:
+        use_systemd = systemd_running()
+    if use_systemd:
+        write_learner_unit(paths, db_path)
+        _systemctl("daemon-reload")
+        _systemctl("enable", "warmstart-learner.service")
+        _systemctl("restart", "warmstart-learner.service")
+    else:
+        pid = learner_running(paths)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            _wait_gone(pid)
+        log = open(paths.learner_log, "ab")
+        try:
+            env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+            p = subprocess.Popen(learner_args(db_path), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 start_new_session=True, close_fds=True, env=env)
+        finally:
+            log.close()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not paths.learner_sock.exists():
-        if p.poll() is not None:
-            raise WarmstartError(f"warmstart hook learner exited ({p.returncode}); see {paths.learner_log}")
+    while time.monotonic() < deadline:
+        pid = learner_running(paths)
+        if pid is not None and paths.learner_sock.exists():
+            return pid
+        if not use_systemd and p.poll() is not None:
+            break
         time.sleep(0.05)
-    return p.pid
+    raise WarmstartError(f"warmstart hook learner did not come up within 10 s; see {paths.learner_log}")
 
 
 def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
@@ -82,6 +108,8 @@ def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
 
 
 def stop_learner(paths: HookPaths) -> bool:
+    if systemd_running() and paths.learner_unit.exists():
+        subprocess.run(["systemctl", "stop", "warmstart-learner.service"], capture_output=True)
     pid = learner_running(paths)
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
@@ -101,7 +129,8 @@ def running_pid(paths: HookPaths) -> Optional[int]:
 
 
 def write_unit(paths: HookPaths, cfg: Optional[HookConfig] = None) -> Path:
-    text = UNIT_TEMPLATE.read_text().replace("@EXECSTART@", " ".join(daemon_args(paths, cfg)))
+    text = (UNIT_TEMPLATE.read_text().replace("@EXECSTART@", " ".join(daemon_args(paths, cfg)))
+            .replace("@DOCS@", DOCS_URL))
     paths.unit.parent.mkdir(parents=True, exist_ok=True)
     paths.unit.write_text(text)
     os.chmod(paths.unit, 0o644)
@@ -176,7 +205,8 @@ def stop(paths: HookPaths, use_systemd: Optional[bool] = None) -> bool:
         use_systemd = systemd_running() and paths.unit.exists()
     was = running_pid(paths) is not None
     if use_systemd:
-        subprocess.run(["systemctl", "disable", "--now", "warmstartd.service"], capture_output=True)
+        subprocess.run(["systemctl", "disable", "--now", "warmstartd.service", "warmstart-learner.service"],
+                       capture_output=True)
     pid = running_pid(paths)
     if pid is not None:
         os.kill(pid, signal.SIGTERM)

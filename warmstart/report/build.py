@@ -54,6 +54,11 @@ def build_report(conn, names: Sequence[str] = (), bench_id: Optional[str] = None
     if disk:
         recorded = {app: ref for app, ref in recorded.items() if ref["disk"] == disk}
     summaries = summary.summarize(launches, prefetch_method=prefetch_method, recorded=recorded)
+    from ..hook.config import load_config
+    from ..hook.feedback import degraded
+    bad = degraded(conn, load_config())
+    for s in summaries:
+        s["degraded"] = bad.get(s["app"])
     text = table.render(summaries)
     doc = {"generated_at": time.time(), "filters": {"apps": list(names), "bench_id": bench_id, "disk": disk},
            "apps": summaries, "table": text, "figures": [], "html": None}
