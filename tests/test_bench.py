@@ -63,3 +63,33 @@ def test_bench_one_rep_synth(tmp_path):
     from warmstart.emudisk.disk import STATE_ROOT
     name = f"bench-hdd7200-{os.getpid()}"
     assert not (STATE_ROOT / name).exists() and not (image.tmpfs_dir() / f"{name}.img").exists()
+
+
+def test_bench_hook_mode_and_run_from_outside_on_the_random_layout(tmp_path):
+    """hook: plain launches with warmstartd and its learner, each checked, timed and claimed from
+    the learner's feedback; run-cli: `warmstart run` timed from outside; the random layout."""
+    require(have_fuse() and have_loop() and have_tracefs(), "bench needs root, FUSE, loop devices and tracefs")
+    from test_hook_daemon import have_fanotify_perm
+    require(have_fanotify_perm(), "needs root and fanotify permission events")
+    db, md = tmp_path / "w.db", tmp_path / "bench.md"
+    result = CliRunner().invoke(cli, ["--db", str(db), "bench", "--disk", "hdd7200", "--layout", "random",
+                                      "--apps", "synth", "--reps", "1", "--hook-launches", "3",
+                                      "--modes", "cold,reorder,reorder-ours,run-cli,hook", "--no-timeline",
+                                      "--markdown", str(md), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output + result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["disk"] == "hdd7200.random" and doc["layout"] == "random" and doc["problems"] == [], doc["problems"]
+    conn = open_db(db)
+    rows = conn.execute("SELECT mode, launch_time_s, details_json FROM launches WHERE bench_id = ? ORDER BY id",
+                        (doc["bench_id"],)).fetchall()
+    hooked = [json.loads(r[2]) for r in rows if r[0] == "hook"]
+    assert len(hooked) == 3
+    for d in hooked:  # the learner's row of that launch, claimed: its verdict and exact exec-to-exit time
+        assert d["bench"]["outcome"] in ("ready", "deadline") and d["feedback"]["judged"] is not None
+        assert 0 < d["bench"]["exec_to_exit_s"] <= d["bench"]["outside_s"]
+    cli_runs = [json.loads(r[2]) for r in rows if r[0] == "run-cli"]
+    assert len(cli_runs) == 1 and cli_runs[0]["startup_overhead_s"] > 0
+    res = doc["results"]["synth"]
+    assert res["hook_vs_best_reorder"] > 0 and res["hook_outcomes"] and res["run_cli_overhead_s"] > 0
+    assert "hook / best of reorder" in md.read_text()
+    assert doc["hook"]["index_apps"] == ["synth-hdd7200.random"]

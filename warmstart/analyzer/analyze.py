@@ -219,11 +219,17 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
                 raise WarmstartError(f"device {dev} is not present")
             probe.check_direct(dev_path)
         except WarmstartError as e:
-            if opts.probe == "auto" and prof:
-                notes["fallback"] = f"disk probes impossible ({e}); used the model"
-                method = "model"
-            else:
+            if opts.probe != "auto":
                 raise
+            if prof is None:
+                # The node refuses O_DIRECT (a VM's or container's disk): profile it another way,
+                # once, and keep the profile as `profile-disk` would
+                from .profile import profile_without_node
+                prof, how = profile_without_node(dev, probe.rotational(dev))
+                profile_id = profile_db.save_profile(conn, dev_path or f"dev {dev}", dev, prof, 0.0)
+                notes["profiled"] = how
+            notes["fallback"] = f"disk probes impossible ({e}); used the model"
+            method = "model"
     if method in ("model", "hybrid") and prof is None:
         raise WarmstartError(f"no device profile for {dev_path or dev}: run `warmstart profile-disk "
                              f"{dev_path or '/dev/...'}` first, or use --probe disk")

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ..errors import WarmstartError
 from ..paths import helper_binary
@@ -70,3 +70,15 @@ def device_size(path: str) -> int:
         return os.lseek(fd, 0, os.SEEK_END)
     finally:
         os.close(fd)
+
+
+def rotational(dev: int) -> Optional[bool]:
+    """The kernel's queue/rotational of the disk holding dev (a partition's parent), or None."""
+    base = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+    for q in (f"{base}/queue/rotational", f"{base}/../queue/rotational"):
+        try:
+            with open(q) as f:
+                return f.read().strip() == "1"
+        except OSError:
+            continue
+    return None

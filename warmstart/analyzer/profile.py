@@ -123,3 +123,54 @@ def measure_through_file(directory, size: int = 1 << 30, samples: int = 5) -> Tu
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+# Device classes, for a disk that can be timed neither through its node nor through a file (a
+# read-only or full file system on a device whose node refuses O_DIRECT): the order of
+# magnitude of a desktop 7200 rpm drive (the emulated disk's parameters, scripts/hddsim/
+# hdd_model.c: 1-16 ms seeks on a square-root curve plus half a revolution, 130 MB/s) and of a
+# SATA-class SSD (~0.1 ms per random read at QD 1, ~500 MB/s). Used only when nothing was timed,
+# and said so in analyze's output.
+CLASS_MODELS = {True: (1.0e-3, 16.0e-3, 0.5 * 60 / 7200, 130e6), False: (0.0, 0.0, 0.1e-3, 500e6)}
+
+
+def class_profile(rotational: bool, size: int) -> DiskProfile:
+    track, full, latency, rate = CLASS_MODELS[rotational]
+    size = max(size, 1 << 30)
+    curve = [(float(d), latency + track + (full - track) * min(1.0, d / size) ** 0.5)
+             for d in [4096] + _distances(size)]
+    c_switch = mean_random_switch(curve, float(size))
+    return DiskProfile(seek_curve=curve, rate_curve=[(0.0, rate), (float(size), rate)], overhead_s=20e-6,
+                       stream_bytes=0.0, c_switch_s=c_switch, r_tr_Bps=rate, size_bytes=size,
+                       device=f"class model ({'rotational' if rotational else 'non-rotational'})")
+
+
+def writable_dir_on(dev: int, candidates=("/var/tmp", "/tmp", "/var/cache", "/root")) -> Optional[str]:
+    """A directory on the file system of device `dev` where a scratch file can be written."""
+    import os
+    for d in candidates:
+        try:
+            if os.stat(d).st_dev == dev and os.access(d, os.W_OK):
+                return d
+        except OSError:
+            continue
+    return None
+
+
+def profile_without_node(dev: int, rotational: Optional[bool], size: int = 256 * MiB) -> Tuple[DiskProfile, str]:
+    """A profile of a device whose node cannot be read with O_DIRECT: timed through a scratch
+    file on its file system if one can be written there, else the model of its class.
+    Returns (profile, how it was obtained)."""
+    from ..errors import WarmstartError
+    where = writable_dir_on(dev)
+    if where is not None:
+        try:
+            prof, took = measure_through_file(where, size=size)
+            return prof, f"timed through a {size >> 20} MiB file in {where} ({took:.1f} s)"
+        except (WarmstartError, OSError) as e:
+            why = str(e)
+    else:
+        why = "no writable directory on it"
+    rot = True if rotational is None else rotational
+    return class_profile(rot, size), (f"not timed ({why}): the {'rotational' if rot else 'non-rotational'} "
+                                      f"class model" + ("" if rotational is not None else " (class unknown)"))

@@ -26,6 +26,8 @@ def _text(r):
         lines.append(f"  device {d} not timed on the disk ({why})")
     if r.get("fallback"):
         lines.append(f"  note: {r['fallback']}")
+    if r.get("profiled"):
+        lines.append(f"  disk profile: {r['profiled']} (kept for later analyses)")
     lines.append(f"  analysis took {r['analysis_s']:.2f} s")
     return "\n".join(lines)
 

@@ -24,6 +24,11 @@ def _split(value):
               help=f"Comma-separated built-in apps (default all: {', '.join(appcat.catalogue())}).")
 @click.option("--app", "extra_apps", multiple=True, metavar="NAME=COMMAND",
               help="Add an app; on an emulated disk COMMAND runs chrooted in its system image.")
+@click.option("--layout", type=click.Choice(["packaged", "random"]), default="packaged", show_default=True,
+              help="The emulated disk's system image: packaged (files package by package, a tenth of "
+                   "the drive) or random (every file in random order, at full stroke); docs/benchmarks.md.")
+@click.option("--hook-launches", default=5, show_default=True, type=click.IntRange(min=1),
+              help="hook mode: consecutive plain launches per app, warmstartd and its learner running.")
 @click.option("--reps", default=5, show_default=True, type=int, help="Repetitions of every mode.")
 @click.option("--modes", metavar="LIST", default=",".join(ALL_MODES), show_default=True,
               help="Comma-separated modes to measure.")
@@ -42,7 +47,7 @@ def _split(value):
                    "cold and with the fallback mechanisms spec, online, both (issue 7; docs/speculation.md).")
 @json_option
 @click.pass_obj
-def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, markdown, relocate,
+def bench(ctx, disk, layout, hook_launches, app_names, extra_apps, reps, modes, timeout, no_timeline, markdown, relocate,
           relocate_one, unknown, as_json):
     """Measure cold, interleave, reorder, segmented (paper and ours) and warm launches.
 
@@ -58,6 +63,7 @@ def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, m
       warmstart bench --disk real --app ls='ls -l /usr/bin' --json > bench.json
       warmstart bench --disk hdd7200 --modes cold,reorder,segmented --relocate --relocate-one python
       warmstart bench --disk hdd7200 --unknown --reps 5
+      warmstart bench --disk hdd7200 --layout random --modes cold,reorder,reorder-ours,segmented,hook,warm
     """
     if unknown and (relocate or relocate_one):
         raise click.UsageError("--unknown measures apps never recorded: it cannot be combined with --relocate")
@@ -65,9 +71,11 @@ def bench(ctx, disk, app_names, extra_apps, reps, modes, timeout, no_timeline, m
         markdown = str(REPO_ROOT / "docs" / "benchmarks.md")
     cfg = BenchConfig(disk=disk, apps=appcat.select(_split(app_names), extra_apps), reps=reps,
                       modes=_split(modes), timeout=timeout, timeline=not no_timeline, markdown=None,
-                      relocate=relocate, relocate_one=relocate_one, unknown=unknown)
+                      relocate=relocate, relocate_one=relocate_one, unknown=unknown, layout=layout,
+                      hook_launches=hook_launches)
     conn = ctx.db
-    steps = len(cfg.apps) * (1 + reps * (4 if unknown else len(cfg.modes)))
+    steps = len(cfg.apps) * (1 + reps * (4 if unknown else len([m for m in cfg.modes if m != "hook"])))
+    steps += len(cfg.apps) * hook_launches * ("hook" in cfg.modes and not unknown)
     steps += reps * (len(cfg.apps) * 2 * relocate + (len(cfg.apps) - 1) * bool(relocate_one))
     say = (lambda msg: click.echo(msg, err=True))
     with click.progressbar(length=steps, label="bench", file=click.get_text_stream("stderr"),

@@ -5,14 +5,14 @@ import os
 import click
 
 from ..analyzer import profile as profiler
-from ..analyzer.probe import check_direct
+from ..analyzer.probe import check_direct, device_path
 from ..cli import emit, json_option
 from ..db.profiles import save_profile
 from ..errors import WarmstartError
 
 
 @click.command("profile-disk")
-@click.argument("device", type=click.Path(dir_okay=False))
+@click.argument("device", type=click.Path())
 @click.option("--samples", type=int, default=5, show_default=True, help="Probe pairs per seek distance.")
 @click.option("--strip-size", type=int, default=0, help="Strip size in bytes, if a striped array.")
 @click.option("--stripe-disks", type=int, default=0, help="Member disks, if a striped array.")
@@ -21,17 +21,34 @@ from ..errors import WarmstartError
 def profile_disk(ctx, device, samples, strip_size, stripe_disks, as_json):
     """Measure DEVICE with O_DIRECT reads (read-only) and store its profile.
 
+    DEVICE may also be a directory: the disk of its file system is profiled. A disk whose node
+    refuses O_DIRECT (a VM's or container's root disk) is timed through a scratch file on its
+    file system instead, or, where none can be written, given the model of its class.
+
     \b
     Examples:
       warmstart profile-disk /dev/loop3
       warmstart profile-disk /dev/sda --samples 9 --json
+      warmstart profile-disk /var/tmp
     """
     try:
         st = os.stat(device)
     except OSError as e:
         raise WarmstartError(f"cannot stat {device}: {e.strerror}: give a block device such as /dev/sda")
     dev = st.st_rdev if st.st_rdev else st.st_dev
-    check_direct(device)
+    try:
+        if not st.st_rdev:
+            device = device_path(dev)
+        check_direct(device)
+    except WarmstartError as e:
+        from ..analyzer.probe import rotational
+        prof, how = profiler.profile_without_node(dev, rotational(dev))
+        pid = save_profile(ctx.db, device, dev, prof, 0.0)
+        out = {"profile_id": pid, "device": device, "how": how, "why": str(e), "c_switch_s": prof.c_switch_s,
+               "r_tr_Bps": prof.r_tr_Bps}
+        emit(out, as_json, lambda: f"profile #{pid} of {device}: {how}\n  (its node: {out['why']})\n"
+             f"  C_switch {prof.c_switch_s * 1e3:.2f} ms   R_tr {prof.r_tr_Bps / 1e6:.1f} MB/s")
+        return
     with click.progressbar(length=1, label="probing", file=None if not as_json else open(os.devnull, "w")) as bar:
         def progress(done, total):
             bar.length = total

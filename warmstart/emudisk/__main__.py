@@ -7,7 +7,7 @@ import json
 
 import click
 
-from .disk import EmuDisk
+from .disk import IMAGES, EmuDisk
 
 name_option = click.option("--name", default="emu", show_default=True, help="Disk name (state in /run/warmstart-emu/NAME).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
@@ -34,7 +34,8 @@ def main():
 @main.command()
 @name_option
 @click.option("--profile", type=click.Choice(["hdd7200", "ssd", "none"]), default="hdd7200", show_default=True)
-@click.option("--image", type=click.Choice(["empty", "system"]), default="empty", show_default=True)
+@click.option("--image", type=click.Choice(IMAGES), default="empty", show_default=True,
+              help="system: the packaged layout; system-random: every file in random order, full stroke.")
 @click.option("--size-mb", type=int, default=512, show_default=True)
 @click.option("--stroke-bytes", type=int, default=None,
               help="Seek stroke of the modelled drive (default: the image; system: 10x the image).")

@@ -14,7 +14,7 @@ from ..errors import WarmstartError
 from . import chroot, hddsim, image as images, profiles, sysops
 
 STATE_ROOT = Path(os.environ.get("WARMSTART_EMU_STATE", "/run/warmstart-emu"))
-IMAGES = ("empty", "system")
+IMAGES = ("empty", "system", "system-random")  # system-*: emudisk.system_image.LAYOUTS
 
 
 def _state_dir(name: str) -> Path:
@@ -93,7 +93,8 @@ class EmuDisk:
             images.make_empty(backing, state["size_mb"], label=state["name"])
         else:
             from . import system_image
-            cached = system_image.cached_image(state["size_mb"], progress=progress)
+            layout = state["image"].partition("-")[2] or "packaged"
+            cached = system_image.cached_image(state["size_mb"], progress=progress, layout=layout)
             images.copy_image(cached, backing)
         image_bytes = backing.stat().st_size
         _write_state(sdir, state)
@@ -114,7 +115,7 @@ class EmuDisk:
         mnt.mkdir(parents=True, exist_ok=True)
         sysops.run(["mount", "-t", "ext4", state["loop_dev"], str(mnt)],
                    fix="check `dmesg | tail` for the ext4 error")
-        if state["image"] == "system":
+        if state["image"].startswith("system"):
             chroot.mount_api(mnt)
             state["chroot"] = True
         if not prof.model:

@@ -38,7 +38,8 @@ def get(name: str) -> Profile:
 
 
 def default_stroke(image: str, image_bytes: int) -> int:
-    """Seek stroke in bytes: the image itself, or for `system` a 10x larger drive (capped at 1 TB)."""
+    """Seek stroke in bytes: the image itself (full stroke, also the random-layout system image),
+    or for the packaged `system` image a 10x larger drive (capped at 1 TB)."""
     if image == "system":
         return min(SYSTEM_STROKE_FACTOR * image_bytes, MODELED_DRIVE_BYTES)
     return image_bytes

@@ -1,9 +1,14 @@
 """The aged system image: the files of python3, gcc and node (and filler), as years of installs.
 
-Files are written package by package (dpkg's file lists say who owns what), the packages in a
-shuffled order with a fixed seed, so a program's files end up spread over the disk the way
-they are on a real, long-lived system disk. Built on a plain loop device (no disk model, fast),
-then cached in /var/cache/warmstart/images keyed by the package set, seed and format version.
+Two layouts (LAYOUTS), so a result is not one disk's accident:
+- packaged: files written package by package (dpkg's file lists say who owns what), the packages
+  in a shuffled order with a fixed seed, so a program's files end up spread over the disk the
+  way they are on a long-lived system disk; the image is a tenth of the modelled drive.
+- random: the directories first, then every file (and byte-code cache) of every package in one
+  random order with a fixed seed, in an image RANDOM_SPACE times the data: a disk aged until
+  nothing of a package is together, used at full stroke (the image is the whole drive).
+Built on a plain loop device (no disk model, fast), then cached in /var/cache/warmstart/images
+keyed by the package set, layout, seed and format version.
 """
 
 import hashlib
@@ -21,6 +26,8 @@ from . import image as images, packages, sysops
 
 FORMAT_VERSION = 2   # 2: mtimes kept, byte-code caches copied
 SEED = 20150601
+LAYOUTS = ("packaged", "random")
+RANDOM_SPACE = 4     # random layout: image size / data size (free space spreads the block groups)
 # What must run in the image: python3 (Debian's 3.11), `gcc -c` and node, with all they depend on.
 ROOTS = ["python3", "python3.11", "libpython3.11-stdlib", "gcc", "gcc-12", "cpp", "binutils",
          "libc6-dev", "nodejs"]
@@ -33,8 +40,10 @@ BASE_DIRS = [b"/proc", b"/dev", b"/tmp", b"/etc", b"/root", b"/run", b"/var/tmp"
 Progress = Optional[Callable[[str], None]]
 
 
-def plan(size_mb: int):
+def plan(size_mb: int, layout: str = "packaged"):
     """(packages in write order, image size in MiB, cache key) for this machine."""
+    if layout not in LAYOUTS:
+        raise WarmstartError(f"unknown layout {layout!r}: use one of {', '.join(LAYOUTS)}")
     pkgs = packages.installed()
     absent = packages.missing(ROOTS, pkgs)
     if absent:
@@ -55,27 +64,61 @@ def plan(size_mb: int):
     rng.shuffle(order)
     data_kb = sum(pkgs[n].installed_kb for n in order)
     # Room for ext4 metadata and small-file slack, plus free space as on a used system.
-    size = max(size_mb, int(data_kb / 1024 * 1.4) + 128)
+    size = max(size_mb, int(data_kb / 1024 * (1.4 if layout == "packaged" else RANDOM_SPACE)) + 128)
     key_src = json.dumps({"v": FORMAT_VERSION, "seed": SEED, "filler": FILLER_MB, "size": size,
+                          **({} if layout == "packaged" else {"layout": layout}),
                           "pkgs": [(n, pkgs[n].version) for n in order]}, sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     return [pkgs[n] for n in order], size, key
 
 
-def cached_image(size_mb: int = 512, progress: Progress = None) -> Path:
+def cached_image(size_mb: int = 512, progress: Progress = None, layout: str = "packaged") -> Path:
     """Path of the cached system image (building it first if needed). Its size is at least
     size_mb, more if the files need it."""
-    order, size, key = plan(size_mb)
+    order, size, key = plan(size_mb, layout)
     path = CACHE_DIR / f"system-{key}.img"
     if path.exists():
         return path
     if progress:
-        progress(f"building the system image ({len(order)} packages, {size} MiB) into {path} ...")
-    build(order, size, path)
+        progress(f"building the {layout} system image ({len(order)} packages, {size} MiB) into {path} ...")
+    build(order, size, path, layout)
     return path
 
 
-def build(order: List[packages.Package], size_mb: int, dest: Path) -> None:
+def _write_packaged(root: bytes, order: List[packages.Package]) -> None:
+    for pkg in order:
+        paths = packages.file_list(pkg)
+        for path in paths:
+            _copy_entry(root, path)
+        # As py3compile in the package's postinst: its byte-code lands right after it.
+        # Without it every launch compiles and writes .pyc files, so no two launches agree.
+        for path in paths:
+            if path.endswith(b".py"):
+                _copy_bytecode(root, path)
+
+
+def _write_random(root: bytes, order: List[packages.Package]) -> None:
+    """Every directory first (in package order: a parent before its children), then all files,
+    symlinks and byte-code caches of all packages in one seeded random order."""
+    entries = []
+    for pkg in order:
+        for path in packages.file_list(pkg):
+            try:
+                is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
+            except OSError:
+                continue
+            if is_dir:
+                _copy_entry(root, path)
+            else:
+                entries.append((path, False))
+                if path.endswith(b".py"):
+                    entries.append((path, True))
+    random.Random(SEED + 1).shuffle(entries)
+    for path, bytecode in entries:
+        (_copy_bytecode if bytecode else _copy_entry)(root, path)
+
+
+def build(order: List[packages.Package], size_mb: int, dest: Path, layout: str = "packaged") -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=images.tmpfs_dir().parent
                                  if images.tmpfs_dir().exists() else None))
@@ -88,15 +131,7 @@ def build(order: List[packages.Package], size_mb: int, dest: Path) -> None:
         sysops.run(["mount", "-t", "ext4", loop, str(mnt)], fix="check `dmesg | tail`")
         root = os.fsencode(str(mnt))
         _base_layout(root)
-        for pkg in order:
-            paths = packages.file_list(pkg)
-            for path in paths:
-                _copy_entry(root, path)
-            # As py3compile in the package's postinst: its byte-code lands right after it.
-            # Without it every launch compiles and writes .pyc files, so no two launches agree.
-            for path in paths:
-                if path.endswith(b".py"):
-                    _copy_bytecode(root, path)
+        (_write_packaged if layout == "packaged" else _write_random)(root, order)
         sysops.unmount(root)
         sysops.loop_detach(loop)
         loop = None

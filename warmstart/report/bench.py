@@ -34,7 +34,10 @@ from ..replay.runner import run_launch
 from . import apps as appcat, stats, summary
 from .sampler import LaunchSampler, block_name
 
-ALL_MODES = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "segmented-paper", "segmented", "warm")
+ALL_MODES = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "segmented-paper", "segmented", "warm",
+             "run-cli", "hook")
+# Measured after the round-robin matrix, not in it: warmstartd would hook the other modes' launches.
+AFTER_MATRIX = ("hook",)
 DISKS = ("hdd7200", "ssd", "real")
 # mode -> (replayer mode or "none", schedule to activate: "plain", "paper", "ours" or None).
 # The papers' baselines (interleave as FAST, reorder) fetch the launch's blocks as recorded:
@@ -42,7 +45,8 @@ DISKS = ("hdd7200", "ssd", "real")
 # schedule whole before the launch, to tell the segmentation's gain from the request shaping's.
 PLAN = {"cold": ("none", None), "warm": ("none", None), "interleave": ("interleave", "plain"),
         "reorder": ("reorder", "plain"), "reorder-ours": ("reorder", "ours"),
-        "segmented-paper": ("segmented", "paper"), "segmented": ("segmented", "ours")}
+        "segmented-paper": ("segmented", "paper"), "segmented": ("segmented", "ours"),
+        "run-cli": ("segmented", "ours")}
 
 
 @dataclass
@@ -57,13 +61,20 @@ class BenchConfig:
     relocate: bool = False         # then relocate every app and measure again (relocation.py)
     relocate_one: Optional[str] = None   # first relocate this app alone and measure the others
     unknown: bool = False          # instead of the matrix: never-seen launches (unknown.py, issue 7)
+    hook_launches: int = 5         # hook mode: consecutive plain launches per app
+    layout: str = "packaged"       # the emulated disk's system image: emudisk.system_image.LAYOUTS
+
+    @property
+    def label(self) -> str:
+        """The disk as launches, app names and bench ids name it: hdd7200, hdd7200.random, ..."""
+        return self.disk if self.layout == "packaged" else f"{self.disk}.{self.layout}"
 
 
 class DiskUnderTest:
     """The emulated disk holding the system image (chroot) or the machine's own disk."""
 
-    def __init__(self, kind: str, say):
-        self.kind, self.say, self.emu = kind, say, None
+    def __init__(self, kind: str, say, layout: str = "packaged"):
+        self.kind, self.say, self.emu, self.layout = kind, say, None, layout
 
     def __enter__(self):
         if self.kind == "real":
@@ -75,8 +86,10 @@ class DiskUnderTest:
             self.dev_sectors = None
             return self
         from ..emudisk.disk import EmuDisk
-        self.say(f"bringing up the emulated {self.kind} disk with the system image (first time: minutes)")
-        self.emu = EmuDisk.up(f"bench-{self.kind}-{os.getpid()}", profile=self.kind, image="system")
+        self.say(f"bringing up the emulated {self.kind} disk with the {self.layout} system image "
+                 f"(first time: minutes)")
+        image = "system" if self.layout == "packaged" else f"system-{self.layout}"
+        self.emu = EmuDisk.up(f"bench-{self.kind}-{os.getpid()}", profile=self.kind, image=image)
         self.files_dir = self.emu.mountpoint / appcat.FILES_DIR.lstrip("/")
         self.fs_dev = self.emu.dev
         self.wrap = self.emu.chroot_argv
@@ -248,12 +261,14 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
         raise WarmstartError("--reps must be at least 1")
     from . import relocation
     relocation.check_config(cfg)
-    bench_id = time.strftime("%Y%m%d-%H%M%S-") + cfg.disk
+    if cfg.layout != "packaged" and cfg.disk == "real":
+        raise WarmstartError("--layout applies to the emulated disks: the real disk has its own layout")
+    bench_id = time.strftime("%Y%m%d-%H%M%S-") + cfg.label
     tick = progress or (lambda label: None)
-    doc = {"bench_id": bench_id, "disk": cfg.disk, "reps": cfg.reps, "modes": list(cfg.modes),
+    doc = {"bench_id": bench_id, "disk": cfg.label, "disk_kind": cfg.disk, "layout": cfg.layout, "reps": cfg.reps, "modes": list(cfg.modes),
            "started_at": time.time(), "kernel": os.uname().release, "apps": {}, "problems": []}
     until = parse_until("exit")
-    with DiskUnderTest(cfg.disk, say) as dut:
+    with DiskUnderTest(cfg.disk, say, cfg.layout) as dut:
         ensure_profile(conn, dut, say)
         catalogue = {a.name: a for a in cfg.apps}
         if any(a.builtin for a in cfg.apps):
@@ -268,7 +283,7 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
             apps = []  # never seen: no recording, schedule or matrix
         prepared = {}
         for app in apps:
-            name = f"{app.name}-{cfg.disk}"
+            name = f"{app.name}-{cfg.label}"
             argv = dut.wrap(app.argv)
             make_cold(dut)
             ref = run_launch(conn, argv, "none", until, name=None, store=False, passthrough=False,
@@ -305,10 +320,13 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
 
         for rep in range(cfg.reps):
             for app, name, argv, ref, info in prepared.values():
-                for mode in cfg.modes:
+                for mode in [m for m in cfg.modes if m not in AFTER_MATRIX]:
                     relocation.counted(conn, dut, bench_id, mode, lambda: _measure(
                         conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until))
                     tick(f"rep {rep + 1} {app.name} {mode}")
+        if prepared and "hook" in cfg.modes:
+            from .benchhook import run_hook_mode
+            run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate, tick, say)
         if prepared:
             activate_all = [(n, i["schedules"]["ours"]) for _, n, _, _, i in prepared.values()]
             for n, sid in activate_all:
@@ -342,7 +360,7 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
         if t is None:
             doc["problems"].append(f"{app.name} cold-traced: the recorder's JSON has no launch_time_s")
             return
-        launches_db.insert_launch(conn, app_id=_app_id(conn, name), mode="cold-traced", disk=cfg.disk,
+        launches_db.insert_launch(conn, app_id=_app_id(conn, name), mode="cold-traced", disk=cfg.label,
                                   launch_time_s=float(t), exit_status=status, bench_id=bench_id,
                                   details={"rep": rep, "source": "warmstart record (scratch db)"})
         if status is not None and status != ref.exit_status:
@@ -352,6 +370,9 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
     rmode, algorithm = PLAN[mode]
     if algorithm:
         activate(conn, name, info["schedules"][algorithm])
+    if mode == "run-cli":
+        _measure_cli_run(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref)
+        return
     if mode == "warm":
         run_launch(conn, argv, "none", until, name=name, store=False, passthrough=False, timeout=cfg.timeout)
     else:
@@ -363,7 +384,7 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
         sampler.__enter__()
     try:
         out = run_launch(conn, argv, rmode, until, name=name, record_mode=mode if rmode == "none" else None,
-                         disk=cfg.disk, bench_id=bench_id, passthrough=False, timeout=cfg.timeout,
+                         disk=cfg.label, bench_id=bench_id, passthrough=False, timeout=cfg.timeout,
                          # accuracy/waste (docs/replayer.md) in repetition 1 only: tracing the
                          # app's page uses costs it CPU (python: 0.124 s after release, not 0.084)
                          measure_use=rmode != "none" and rep == 0)
@@ -383,6 +404,27 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
         doc["problems"].append(f"{where}: not prefetched ({'; '.join(out.notes)})")
 
 
+def _measure_cli_run(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref):
+    """`warmstart run` as a user types it, timed from outside: the CLI's start-up counts."""
+    make_cold(dut)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db_path), "run", "--name", name, "--json",
+                        "--", *argv], capture_output=True, timeout=cfg.timeout)
+    outside = time.monotonic() - t0
+    where = f"{app.name} run-cli rep {rep + 1}"
+    try:
+        reported = json.loads(p.stdout)
+    except ValueError:
+        doc["problems"].append(f"{where}: `warmstart run` printed no JSON (exit {p.returncode}): {p.stderr[-300:]!r}")
+        return
+    launches_db.insert_launch(conn, app_id=_app_id(conn, name), mode="run-cli", disk=cfg.label,
+                              launch_time_s=outside, exit_status=reported.get("exit_status"), bench_id=bench_id,
+                              details={"rep": rep, "reported_launch_time_s": reported.get("launch_time_s"),
+                                       "startup_overhead_s": outside - (reported.get("launch_time_s") or 0)})
+    if reported.get("exit_status") != ref.exit_status:
+        doc["problems"].append(f"{where}: exit status {reported.get('exit_status')}, plain run {ref.exit_status}")
+
+
 def _app_id(conn, name):
     return conn.execute("SELECT id FROM apps WHERE name = ?", (name,)).fetchone()[0]
 
@@ -393,6 +435,11 @@ def _host_block(fs_dev: int) -> str:
     parent = os.path.dirname(part)
     return os.path.basename(parent if os.path.exists(os.path.join(parent, "stat")) and
                             os.path.exists(os.path.join(part, "partition")) else part)
+
+
+def _median(values):
+    v = sorted(x for x in values if x is not None)
+    return v[len(v) // 2] if v else None
 
 
 def results(conn, bench_id: str, doc: dict) -> dict:
@@ -417,5 +464,11 @@ def results(conn, bench_id: str, doc: dict) -> dict:
             "segmented_vs_cold": stats.ratio(m.get("segmented"), m.get("cold")),
             "segmented_vs_best_baseline": stats.ratio(m.get("segmented"), best_baseline),
             "tracing_overhead": stats.ratio(m.get("cold-traced"), m.get("cold")),
+            "hook_vs_best_reorder": stats.ratio(m.get("hook"), min(
+                [x for x in (m.get("reorder"), m.get("reorder-ours")) if x is not None], default=None)),
+            "hook_vs_cold": stats.ratio(m.get("hook"), m.get("cold")),
+            "run_cli_overhead_s": _median([(r["details"] or {}).get("startup_overhead_s") for r in rows
+                                           if r["app"] == s["app"] and r["mode"] == "run-cli"]),
+            "hook_outcomes": info.get("hook_outcomes"),
         }
     return out

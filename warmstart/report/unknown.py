@@ -35,7 +35,7 @@ def run_unknown(conn, cfg, dut, doc: dict, bench_id: str, apps, until, make_cold
     from ..speculate.fallback import run_fallback_launch
     prepared = []
     for app in apps:
-        name = f"{app.name}-{cfg.disk}"
+        name = f"{app.name}-{cfg.label}"
         argv = dut.wrap(app.argv)
         make_cold(dut)
         ref = run_fallback_launch(argv, "none", until, cfg.timeout, trace=False)
@@ -61,7 +61,7 @@ def run_unknown(conn, cfg, dut, doc: dict, bench_id: str, apps, until, make_cold
                 details = {k: v for k, v in r.as_dict().items() if k not in ("launch_time_s", "exit_status")}
                 details["rep"] = rep
                 launches_db.insert_launch(
-                    conn, app_id=app_id, mode=mode_of(mech), mechanism=mech, disk=cfg.disk,
+                    conn, app_id=app_id, mode=mode_of(mech), mechanism=mech, disk=cfg.label,
                     launch_time_s=r.launch_time_s, exit_status=r.exit_status, bench_id=bench_id,
                     prefetched_bytes=r.prefetched_pages * 4096, used_bytes=r.used_pages * 4096,
                     prefetched_used_bytes=r.prefetched_used_pages * 4096, details=details)
