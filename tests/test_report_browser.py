@@ -7,9 +7,7 @@ The screenshot (1280 px wide, the whole page) stays in build/screenshots/ for a 
 import json
 import os
 import shutil
-from pathlib import Path
 
-import pytest
 
 from conftest import REPO, require
 from test_report import fill, run
@@ -36,25 +34,14 @@ _IMAGES_JS = """() => [...document.images].map(img => {
 })"""
 
 
-def _browser():
+def render(page_file, screenshot=None):
+    """Open page_file in Debian's chromium at 1280 px: (images, errors, page width)."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         sync_playwright = None
     require(sync_playwright is not None, "needs the playwright Python package (make deps installs it)")
     require(os.access(CHROMIUM, os.X_OK), "needs Debian's chromium (make deps installs it)")
-    return sync_playwright
-
-
-def test_html_report_renders_in_a_real_browser(db_path, tmp_path):
-    sync_playwright = _browser()
-    fill(open_db(db_path))
-    page_file = tmp_path / "report.html"
-    doc = json.loads(run(db_path, "--json", "--plot", str(tmp_path / "figs"), "--html", str(page_file)))
-    assert len(doc["figures"]) >= 3
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    shot = SHOTS / "report-1280.png"
     errors = []
     with sync_playwright() as p:
         args = ["--no-sandbox"] if os.geteuid() == 0 else []
@@ -66,11 +53,23 @@ def test_html_report_renders_in_a_real_browser(db_path, tmp_path):
             page.goto(page_file.as_uri())
             page.wait_for_load_state("load")
             images = page.evaluate(_IMAGES_JS)
-            page.screenshot(path=str(shot), full_page=True)
+            if screenshot:
+                page.screenshot(path=str(screenshot), full_page=True)
             width = page.evaluate("() => document.documentElement.scrollWidth")
         finally:
             browser.close()
+    return images, errors, width
 
+
+def test_html_report_renders_in_a_real_browser(db_path, tmp_path):
+    fill(open_db(db_path))
+    page_file = tmp_path / "report.html"
+    doc = json.loads(run(db_path, "--json", "--plot", str(tmp_path / "figs"), "--html", str(page_file)))
+    assert len(doc["figures"]) >= 3
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SHOTS / "report-1280.png"
+    images, errors, width = render(page_file, shot)
     print(f"\nscreenshot: {shot}")
     assert not errors, errors
     assert len(images) == len(doc["figures"])
@@ -84,21 +83,9 @@ def test_html_report_renders_in_a_real_browser(db_path, tmp_path):
 
 def test_browser_check_catches_a_broken_image(tmp_path):
     """The check itself can fail: a page with a broken image and a script error is caught."""
-    sync_playwright = _browser()
     bad = tmp_path / "bad.html"
     bad.write_text('<!DOCTYPE html><html><body><img alt="x" src="data:image/png;base64,AAAA">'
                    "<script>undefinedFunction()</script></body></html>")
-    errors = []
-    with sync_playwright() as p:
-        args = ["--no-sandbox"] if os.geteuid() == 0 else []
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(bad.as_uri())
-            page.wait_for_load_state("load")
-            images = page.evaluate(_IMAGES_JS)
-        finally:
-            browser.close()
+    images, errors, _ = render(bad)
     assert errors and "undefinedFunction" in errors[0]
     assert images[0]["natural"] == 0
