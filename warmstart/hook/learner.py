@@ -15,9 +15,10 @@ warmstartd (and stopped by uninstall). Two jobs, one loop:
    `learn_idle_max_s`, runs `analyze` (probe auto: hybrid with a disk profile) and refreshes the
    index: the second plain launch is prefetched.
 2. Accuracy feedback (always). Each hooked launch's record (hook-events.jsonl) names the
-   replayer's stats file; when the app has exited, feedback.judge() stores a `launches` row (mode
-   "hook") and marks the schedule stale when accuracy falls below `accuracy_threshold`; the index
-   is then refreshed, so the app is re-learned (learn = auto) or shown as stale.
+   replayer's stats file, which the replayer completes at the app's exit with the verdict's
+   measurement taken there; feedback.judge() stores a `launches` row (mode "hook"). After
+   `stale_after_bad` bad verdicts in a row the schedule is marked stale and the index refreshed
+   (learn = auto: re-learned), or the app is shown as degraded and kept (learn = off).
 """
 
 import hashlib
@@ -46,6 +47,7 @@ JSON_LOG = False   # `warmstart hook learner --json`: one JSON object per log li
 # The daemon starts each hooked launch's replayer with --judge-at-exit 60 (WS_JUDGE_WAIT_S in
 # launchd-hook/daemon.h): its report comes at the app's exit, or after that long.
 REPLAYER_JUDGE_WAIT_S = 60
+
 
 def _log(msg: str) -> None:
     if JSON_LOG:
