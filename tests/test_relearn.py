@@ -44,6 +44,17 @@ def test_an_upgraded_library_supersedes_the_older_recordings(tmp_path):
     assert [r.id for r in analyzer_recordings(conn, get_app(conn, "app")["id"], [a, b])] == [a, b]  # asked by id
 
 
+def test_a_changed_data_file_does_not_supersede(tmp_path):
+    """An app rewrites its own caches between launches: deliberate recordings still vote together."""
+    conn = open_db(tmp_path / "w.db")
+    ids = []
+    for m in (1, 2, 3):
+        r = rec(100)
+        r.files.append(FileInfo(0x801, 40 + m, b"/var/cache/app/index.db", 100 * m, m, 1))
+        ids.append(add(conn, r))
+    assert current(conn) == ids
+
+
 def test_a_re_recording_after_a_stale_schedule_replaces_the_old_ones(tmp_path):
     conn = open_db(tmp_path / "w.db")
     a = add(conn, rec(100))
@@ -58,7 +69,7 @@ def test_prune_and_forget(tmp_path):
     db = tmp_path / "w.db"
     conn = open_db(db)
     for m in (100, 100, 200, 200, 200):
-        add(conn, rec(m, lib_ino=m))
+        add(conn, rec(m, lib_ino=m))  # the library changed once: 1 and 2 are superseded
     run = lambda *a: CliRunner().invoke(cli, ["--db", str(db), *a], catch_exceptions=False)  # noqa: E731
     r = run("recordings", "--prune", "--keep", "2", "--json")
     assert r.exit_code == 0, r.output

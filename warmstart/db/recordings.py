@@ -110,19 +110,25 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
 def supersede_older(conn: sqlite3.Connection, app_id: int, rid: int) -> List[int]:
     """Mark the app's older current recordings superseded by the new one `rid` when it was made
     because the app changed: its active schedule is stale (re-learned after feedback or a changed
-    file), or a file both read has another identity now (an upgrade: the old recording's blocks
-    of it are gone, and a majority vote of old recordings would outvote the new blocks).
-    Recordings of an unchanged app stay current: repeated recordings are merged by vote."""
+    file), or a program file both read (an executable the launch ran, a shared object) has
+    another identity now: an upgrade, whose old blocks are gone, and a majority vote of old
+    recordings would outvote the new ones. Data files are not compared: apps rewrite their own
+    caches between launches. Recordings of an unchanged app stay current and are merged by vote."""
     stale = conn.execute("SELECT 1 FROM schedules WHERE app_id = ? AND active = 1 AND stale = 1",
                          (app_id,)).fetchone() is not None
     older = [r[0] for r in conn.execute("SELECT id FROM recordings WHERE app_id = ? AND id != ? AND "
                                         "superseded_by IS NULL", (app_id, rid))]
     if not stale:
-        older = [o for o in older if conn.execute(
-            "SELECT 1 FROM recording_files a JOIN recording_files b ON a.path = b.path"
+        ran = {bytes(r[0]) for r in conn.execute("SELECT exec_path FROM recording_processes WHERE "
+                                                  "recording_id = ? AND exec_path IS NOT NULL", (rid,))}
+
+        def program(path: bytes) -> bool:
+            base = os.path.basename(path)
+            return path in ran or base.endswith(b".so") or b".so." in base
+        older = [o for o in older if any(program(bytes(r[0])) for r in conn.execute(
+            "SELECT a.path FROM recording_files a JOIN recording_files b ON a.path = b.path"
             " WHERE a.recording_id = ? AND b.recording_id = ? AND a.path IS NOT NULL AND"
-            " (a.ino != b.ino OR a.size IS NOT b.size OR a.mtime_ns IS NOT b.mtime_ns) LIMIT 1",
-            (o, rid)).fetchone()]
+            " (a.ino != b.ino OR a.size IS NOT b.size OR a.mtime_ns IS NOT b.mtime_ns)", (o, rid)))]
     conn.executemany("UPDATE recordings SET superseded_by = ? WHERE id = ?", [(rid, o) for o in older])
     return older
 

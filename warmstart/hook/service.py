@@ -76,6 +76,8 @@ def start_learner(paths: HookPaths, db_path: str, use_systemd: Optional[bool] = 
         if pid is not None:
             os.kill(pid, signal.SIGTERM)
             _wait_gone(pid)
+        # a killed learner leaves its socket behind: the wait below must see the new one
+        paths.learner_sock.unlink(missing_ok=True)
         log = open(paths.learner_log, "ab")
         try:
             env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
