@@ -172,15 +172,21 @@ def test_everyday_use_is_reported_against_the_recorded_cold_launch(db_path):
     """record + plain hooked launches, no bench: the recordings (cold, caches dropped) are the
     cold reference, the disk is named after the device they read from, the gain is shown."""
     conn = open_db(db_path)
-    env = json.dumps({"devices": [{"dev": 1795, "name": "loop3", "rotational": True}]})
+    # the launcher (env, chroot) read a little from the host disk: the label is the disk read most
+    env = json.dumps({"devices": [{"dev": 64768, "name": "vda", "rotational": True},
+                                  {"dev": 1795, "name": "loop3", "rotational": True}]})
     app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', ?, '[]', ?)",
                        (b"/usr/bin/mail", NOW - 600)).lastrowid
     other = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('fresh', ?, '[]', ?)",
                          (b"/usr/bin/fresh", NOW - 600)).lastrowid
     for a, t, cold_method in ((app, 2.0, "drop_caches"), (app, 2.4, "drop_caches"), (app, 0.3, "none"),
                               (other, 1.5, "drop_caches")):
-        conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method,"
-                     " env_json) VALUES (?, ?, ?, 'exit', 'tracefs', ?, ?)", (a, NOW - 500, t, cold_method, env))
+        rid = conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend,"
+                           " cold_method, env_json) VALUES (?, ?, ?, 'exit', 'tracefs', ?, ?)",
+                           (a, NOW - 500, t, cold_method, env)).lastrowid
+        for seq, dev in enumerate((64768, 1795, 1795)):
+            conn.execute("INSERT INTO block_requests(recording_id, seq, dev, sector, nr_sectors, rwbs, is_write,"
+                         " is_readahead, is_meta, issue_ns) VALUES (?, ?, ?, 8, 8, 'R', 0, 0, 0, 1)", (rid, seq, dev))
     for t in (0.5, 0.55, 0.6):  # hooked launches store no disk name
         conn.execute("INSERT INTO launches(app_id, mode, started_at, launch_time_s, exit_status)"
                      " VALUES (?, 'hook', ?, ?, 0)", (app, NOW - 100, t))

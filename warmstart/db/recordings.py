@@ -224,7 +224,9 @@ def cold_recordings(conn: sqlite3.Connection, names: Sequence[str] = ()) -> List
     where = ["r.cold_method = 'drop_caches'", "r.status = 'ok'", "coalesce(r.exit_status, 0) = 0"]
     if names:
         where.append(f"a.name IN ({','.join('?' * len(names))})")
-    return conn.execute("SELECT a.name AS app_name, r.id, r.started_at, r.launch_time_s, r.env_json"
+    return conn.execute("SELECT a.name AS app_name, r.id, r.started_at, r.launch_time_s, r.env_json,"
+                        " (SELECT dev FROM block_requests b WHERE b.recording_id = r.id GROUP BY dev"
+                        "  ORDER BY count(*) DESC LIMIT 1) AS main_dev"
                         " FROM recordings r JOIN apps a ON a.id = r.app_id WHERE " + " AND ".join(where) +
                         " ORDER BY r.started_at, r.id", list(names)).fetchall()
 

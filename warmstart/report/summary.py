@@ -74,10 +74,11 @@ def load_launches(conn, names: Sequence[str] = (), bench_id: Optional[str] = Non
 RECORDED_COLD = "recorded cold launches (caches dropped; includes the tracing overhead)"
 
 
-def disk_label(env: dict) -> Optional[str]:
-    """A short name of the block device a recording read from: 'loop3 hdd' (rotational) or
-    'vda ssd' (not), as the kernel reports it."""
-    for d in env.get("devices") or []:
+def disk_label(env: dict, main_dev: Optional[int] = None) -> Optional[str]:
+    """A short name of the block device a recording read most from: 'loop3 hdd' (rotational)
+    or 'vda ssd' (not), as the kernel reports it."""
+    devices = env.get("devices") or []
+    for d in sorted(devices, key=lambda d: d.get("dev") != main_dev):
         if d.get("name"):
             kind = {True: "hdd", False: "ssd"}.get(d.get("rotational"))
             return f"{d['name']} {kind}" if kind else d["name"]
@@ -94,7 +95,7 @@ def recorded_cold(conn, names: Sequence[str] = ()) -> dict:
             env = {}
         ref = out.setdefault(r["app_name"], {"times": [], "disk": None})
         ref["times"].append(r["launch_time_s"])
-        ref["disk"] = disk_label(env) or ref["disk"]
+        ref["disk"] = disk_label(env, r["main_dev"]) or ref["disk"]
     return out
 
 
