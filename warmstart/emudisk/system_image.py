@@ -28,9 +28,12 @@ FORMAT_VERSION = 2   # 2: mtimes kept, byte-code caches copied
 SEED = 20150601
 LAYOUTS = ("packaged", "random")
 RANDOM_SPACE = 4     # random layout: image size / data size (free space spreads the block groups)
-# What must run in the image: python3 (Debian's 3.11), `gcc -c` and node, with all they depend on.
+# What must run in the image: python3 (Debian's 3.11), `gcc -c` and node, with all they depend on,
+# and the basic commands (ls, cat, ...) that `bench --app` and the tests run in it. coreutils was
+# in the image only when the seeded filler happened to pick it, which depends on what else the
+# host has installed: installing chromium for the browser test made it drop out.
 ROOTS = ["python3", "python3.11", "libpython3.11-stdlib", "gcc", "gcc-12", "cpp", "binutils",
-         "libc6-dev", "nodejs"]
+         "libc6-dev", "nodejs", "coreutils"]
 # Other installed packages' files mixed in, so the launch files are not packed together.
 FILLER_MB = 150
 CACHE_DIR = Path(os.environ.get("WARMSTART_IMAGE_CACHE", "/var/cache/warmstart/images"))
