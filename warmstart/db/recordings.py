@@ -119,18 +119,39 @@ def supersede_older(conn: sqlite3.Connection, app_id: int, rid: int) -> List[int
     older = [r[0] for r in conn.execute("SELECT id FROM recordings WHERE app_id = ? AND id != ? AND "
                                         "superseded_by IS NULL", (app_id, rid))]
     if not stale:
-        ran = {bytes(r[0]) for r in conn.execute("SELECT exec_path FROM recording_processes WHERE "
-                                                  "recording_id = ? AND exec_path IS NOT NULL", (rid,))}
-
-        def program(path: bytes) -> bool:
-            base = os.path.basename(path)
-            return path in ran or base.endswith(b".so") or b".so." in base
-        older = [o for o in older if any(program(bytes(r[0])) for r in conn.execute(
-            "SELECT a.path FROM recording_files a JOIN recording_files b ON a.path = b.path"
-            " WHERE a.recording_id = ? AND b.recording_id = ? AND a.path IS NOT NULL AND"
-            " (a.ino != b.ino OR a.size IS NOT b.size OR a.mtime_ns IS NOT b.mtime_ns)", (o, rid)))]
+        older = [o for o in older if _programs_changed(conn, o, rid)]
     conn.executemany("UPDATE recordings SET superseded_by = ? WHERE id = ?", [(rid, o) for o in older])
     return older
+
+
+def _programs_changed(conn: sqlite3.Connection, old: int, new: int) -> bool:
+    """Did a program file the old recording read (an executable it ran, a shared object) change:
+    another identity in the new recording, or no longer on disk as recorded (an upgrade, or a
+    disk brought up again elsewhere: its blocks are not where the old recording saw them)?"""
+    ran = {bytes(r[0]) for r in conn.execute("SELECT exec_path FROM recording_processes WHERE recording_id IN"
+                                              " (?, ?) AND exec_path IS NOT NULL", (old, new))}
+
+    def program(path: bytes) -> bool:
+        base = os.path.basename(path)
+        return path in ran or base.endswith(b".so") or b".so." in base
+    if any(program(bytes(r[0])) for r in conn.execute(
+            "SELECT a.path FROM recording_files a JOIN recording_files b ON a.path = b.path"
+            " WHERE a.recording_id = ? AND b.recording_id = ? AND a.path IS NOT NULL AND"
+            " (a.ino != b.ino OR a.size IS NOT b.size OR a.mtime_ns IS NOT b.mtime_ns)", (old, new))):
+        return True
+    for path, ino, size, mtime_ns in conn.execute(
+            "SELECT path, ino, size, mtime_ns FROM recording_files WHERE recording_id = ? AND path IS NOT NULL",
+            (old,)):
+        if not program(bytes(path)):
+            continue
+        try:
+            st = os.stat(bytes(path))
+        except OSError:
+            return True
+        if st.st_ino != ino or (size is not None and st.st_size != size) or \
+                (mtime_ns is not None and st.st_mtime_ns != mtime_ns):
+            return True
+    return False
 
 
 def prune_recordings(conn: sqlite3.Connection, app_id: Optional[int] = None,
