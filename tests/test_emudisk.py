@@ -121,12 +121,15 @@ def test_cold_python_import_is_several_times_slower(emu_system):
         t = time.monotonic()
         subprocess.run(argv, check=True)
         warm.append(time.monotonic() - t)
-        # served from the page cache: a few stray blocks at most (ext4 writing back the atimes the
-        # cold run updated reads some; CI has seen 1 and 3), nothing like the cold launch's hundreds
-        warm_reads = emu_system.stats()["reads"]
-        warm_reads_seen.append(warm_reads)
-        assert warm_reads * 50 <= cold_stats["reads"], \
-            f"a warm launch reached the disk: {warm_reads} reads (cold {cold_stats['reads']})"
+        warm_reads_seen.append(emu_system.stats()["reads"])
+    # served from the page cache: a few stray blocks at most, nothing like the cold launch's hundreds.
+    # ext4 writing back the atimes and the journal of the cold run reads some metadata blocks while the
+    # first warm launches run (CI has seen 1, 3 and 12 of 329), so the bound is on the quietest one,
+    # and every one stays an order of magnitude below the cold launch
+    assert min(warm_reads_seen) * 50 <= cold_stats["reads"], \
+        f"no warm launch was served from the page cache: {warm_reads_seen} reads (cold {cold_stats['reads']})"
+    assert max(warm_reads_seen) * 10 <= cold_stats["reads"], \
+        f"a warm launch reached the disk: {warm_reads_seen} reads (cold {cold_stats['reads']})"
     ratio = cold / min(warm)
     print(f"\ncold python3 import of 15 modules on the emulated HDD: {cold:.2f} s, warm {min(warm):.3f} s, "
           f"ratio {ratio:.1f}x; cold reached the disk with {cold_stats['reads']} reads, "
