@@ -19,7 +19,7 @@ from warmstart.report import apps, markdown
 
 def test_catalogue_and_app_parsing():
     cat = apps.catalogue()
-    assert set(cat) == {"python", "gcc", "node", "synth"}
+    assert set(cat) == {"python", "gcc", "node", "synth", "perl", "git", "vim"}
     assert len(apps.PY_MODULES) >= 12 and cat["python"].argv[0] == "python3"
     assert cat["synth"].argv[1:] == apps.synth_plan(apps.FILES_DIR)  # deterministic plan
     extra = apps.parse_app("ls=ls -l '/usr/bin'")

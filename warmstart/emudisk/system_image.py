@@ -1,4 +1,5 @@
-"""The aged system image: the files of python3, gcc and node (and filler), as years of installs.
+"""The aged system image: the files of python3, gcc, node, perl, git and vim (and filler), as years
+of installs.
 
 Two layouts (LAYOUTS), so a result is not one disk's accident:
 - packaged: files written package by package (dpkg's file lists say who owns what), the packages
@@ -24,7 +25,7 @@ from typing import Callable, List, Optional
 from ..errors import WarmstartError
 from . import image as images, packages, sysops
 
-FORMAT_VERSION = 2   # 2: mtimes kept, byte-code caches copied
+FORMAT_VERSION = 3   # 2: mtimes kept, byte-code caches copied; 3: dpkg alternatives (vim, ...)
 SEED = 20150601
 LAYOUTS = ("packaged", "random")
 RANDOM_SPACE = 4     # random layout: image size / data size (free space spreads the block groups)
@@ -33,7 +34,9 @@ RANDOM_SPACE = 4     # random layout: image size / data size (free space spreads
 # in the image only when the seeded filler happened to pick it, which depends on what else the
 # host has installed: installing chromium for the browser test made it drop out.
 ROOTS = ["python3", "python3.11", "libpython3.11-stdlib", "gcc", "gcc-12", "cpp", "binutils",
-         "libc6-dev", "nodejs", "coreutils"]
+         "libc6-dev", "nodejs", "coreutils", "libc-bin",   # libc-bin: the C.utf8 locale perl wants
+         # the bench's perl (with modules from CPAN), git and vim apps
+         "perl", "libjson-perl", "libalgorithm-diff-perl", "libdpkg-perl", "git", "vim", "vim-runtime"]
 # Other installed packages' files mixed in, so the launch files are not packed together.
 FILLER_MB = 150
 CACHE_DIR = Path(os.environ.get("WARMSTART_IMAGE_CACHE", "/var/cache/warmstart/images"))
@@ -135,6 +138,7 @@ def build(order: List[packages.Package], size_mb: int, dest: Path, layout: str =
         root = os.fsencode(str(mnt))
         _base_layout(root)
         (_write_packaged if layout == "packaged" else _write_random)(root, order)
+        _write_alternatives(root)
         sysops.unmount(root)
         sysops.loop_detach(loop)
         loop = None
@@ -151,6 +155,45 @@ def build(order: List[packages.Package], size_mb: int, dest: Path, layout: str =
                 d.rmdir()
             except OSError:
                 pass
+
+
+ALTERNATIVES_DB = b"/var/lib/dpkg/alternatives"
+
+
+def _write_alternatives(root: bytes) -> None:
+    """The links update-alternatives made in postinst scripts (/usr/bin/vim -> /etc/alternatives/vim
+    -> /usr/bin/vim.basic): dpkg's file lists do not have them. Each link as on the host, when the
+    alternative it points to is in the image."""
+    try:
+        names = sorted(os.listdir(ALTERNATIVES_DB))
+    except OSError:
+        return
+    os.makedirs(root + b"/etc/alternatives", exist_ok=True)
+    for name in names:
+        try:
+            with open(ALTERNATIVES_DB + b"/" + name, "rb") as f:
+                lines = f.read().split(b"\n")
+        except OSError:
+            continue
+        # mode, master link, then (slave name, slave link) pairs up to an empty line
+        links = [(name, lines[1])] if len(lines) > 1 else []
+        i = 2
+        while i + 1 < len(lines) and lines[i]:
+            links.append((lines[i], lines[i + 1]))
+            i += 2
+        for alt, link in links:
+            host_alt = b"/etc/alternatives/" + alt
+            try:
+                target = os.readlink(host_alt)
+            except OSError:
+                continue
+            in_image = _resolve(root, target)
+            if in_image is None or not os.path.lexists(in_image) or not os.path.islink(link):
+                continue
+            for path, points_to in ((host_alt, target), (link, os.readlink(link))):
+                dst = _resolve(root, path)
+                if dst is not None and not os.path.lexists(dst):
+                    os.symlink(points_to, dst)
 
 
 def _base_layout(root: bytes) -> None:

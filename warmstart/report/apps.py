@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import WarmstartError
 from ..paths import helper_binary
@@ -37,8 +37,32 @@ int main(int argc, char **argv)
 }
 """
 
+# Modules from CPAN (Debian's lib*-perl packages and perl's own dual-life modules): ~120 .pm
+# and .so files found through @INC.
+PERL_MODULES = ("JSON", "Algorithm::Diff", "Dpkg::Control", "Dpkg::Version", "POSIX", "Data::Dumper",
+                "Storable", "Encode", "File::Find", "Getopt::Long", "Time::Local", "HTTP::Tiny",
+                "IO::Socket::INET", "File::Temp", "Pod::Usage")
+
+HELLO_PY = """import os
+import sys
+
+
+class Greeter:
+    def __init__(self, name):
+        self.name = name
+
+    def greet(self):
+        return f"hello, {self.name} from {os.getcwd()}"
+
+
+if __name__ == "__main__":
+    print(Greeter(sys.argv[1] if len(sys.argv) > 1 else "world").greet())
+"""
+
 SYNTH_FILES = 4
 SYNTH_FILE_MB = 8
+# The git app's repository: loose objects (as between two `git gc`s), deterministic history.
+REPO_DIRS, REPO_FILES_PER_DIR, REPO_COMMITS = 30, 12, 25
 
 
 @dataclass
@@ -48,6 +72,7 @@ class App:
     until: str = "exit"
     builtin: bool = True
     setup_files: Dict[str, bytes] = field(default_factory=dict)   # path under FILES_DIR -> content
+    setup: Optional[Callable[[Path], None]] = None   # builds more under FILES_DIR (as seen from the host)
 
 
 def synth_plan(files_dir: str) -> List[str]:
@@ -65,6 +90,46 @@ def synth_plan(files_dir: str) -> List[str]:
     return steps
 
 
+def make_repo(target: Path) -> None:
+    """A git repository with a deterministic history under target/repo (same seed, same commit
+    ids), built once: REPO_COMMITS commits over REPO_DIRS x REPO_FILES_PER_DIR text files, each
+    commit changing a few files in a few directories, objects left loose."""
+    repo = target / "repo"
+    done = repo / ".git" / "warmstart-bench-complete"
+    if done.exists():
+        return
+    if repo.exists():
+        shutil.rmtree(repo)   # an interrupted build
+    repo.mkdir(parents=True)
+    rng = random.Random(1989)
+    words = ["alpha", "beta", "gamma", "delta", "seek", "block", "sector", "cache", "page", "launch",
+             "prefetch", "schedule", "segment", "replay", "record", "inode", "extent", "journal"]
+    def text(lines):
+        return "".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + "\n"
+                       for _ in range(lines))
+    def git(*args, date=0):
+        stamp = f"{1_400_000_000 + date * 86_400} +0000"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo), "LC_ALL": "C",
+               "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@example.org",
+               "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@example.org",
+               "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
+        r = subprocess.run(["git", "-c", "gc.auto=0", "-c", "init.defaultBranch=main", "-C", str(repo), *args],
+                           env=env, capture_output=True)
+        if r.returncode != 0:
+            raise WarmstartError(f"building the bench's git repository failed (git {args[0]}): "
+                                 f"{r.stderr.decode(errors='replace').strip()[:200]}")
+    git("init", "-q")
+    paths = [Path(f"src/mod{d:02d}/file{f:02d}.txt") for d in range(REPO_DIRS) for f in range(REPO_FILES_PER_DIR)]
+    for i in range(REPO_COMMITS):
+        changed = paths if i == 0 else rng.sample(paths, 15)
+        for rel in changed:
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text(text(rng.randint(20, 120)))
+        git("add", "-A")
+        git("commit", "-q", "-m", f"change {i}: {rng.choice(words)} {rng.choice(words)}", date=i)
+    done.touch()
+
+
 def catalogue(files_dir: str = FILES_DIR) -> Dict[str, App]:
     imports = ", ".join(PY_MODULES)
     return {
@@ -74,6 +139,18 @@ def catalogue(files_dir: str = FILES_DIR) -> Dict[str, App]:
         "node": App("node", ["node", "-e", "require('http'); require('crypto'); require('zlib');"
                              " require('url'); console.log('node up')"]),
         "synth": App("synth", [f"{files_dir}/synthlaunch"] + synth_plan(files_dir)),
+        "perl": App("perl", ["perl", *(f"-M{m}" for m in PERL_MODULES),
+                             "-e", f"print qq(loaded {len(PERL_MODULES)} modules\\n)"]),
+        # history with diffstats: commits, trees and hundreds of loose blobs in .git/objects
+        "git": App("git", ["git", "--no-pager", "-C", f"{files_dir}/repo", "log", "--stat", "-n", str(REPO_COMMITS),
+                           "--format=%h %ad %s", "--date=short"], setup=make_repo),
+        # vim as a user's vimrc starts it: plugins, syntax, filetype plugins and indent for two files
+        "vim": App("vim", ["vim", "-X", "-Es", "-N", "-n", "-i", "NONE", "-u", "DEFAULTS",
+                           "-c", "runtime! plugin/**/*.vim", "-c", "syntax on", "-c", "filetype plugin indent on",
+                           "-c", f"edit {files_dir}/hello.c", "-c", f"edit {files_dir}/hello.py",
+                           "-c", "call writefile([&filetype, b:current_syntax, line('$')], '/dev/stdout')",
+                           "-c", "qa!"],
+                   setup_files={"hello.c": HELLO_C.encode(), "hello.py": HELLO_PY.encode()}),
     }
 
 
@@ -111,6 +188,8 @@ def install_files(apps: Sequence[App], target: Path) -> None:
     for app in apps:
         for rel, content in app.setup_files.items():
             (target / rel).write_bytes(content)
+        if app.setup is not None:
+            app.setup(target)
         if app.name == "synth" and app.builtin:
             shutil.copy2(helper_binary("synthlaunch"), target / "synthlaunch")
             rng = random.Random(7)
