@@ -8,5 +8,5 @@ setup(
     python_requires=">=3.9",
     install_requires=["click>=8", "matplotlib>=3.5"],
     extras_require={"test": ["pytest", "hypothesis"]},
-    entry_points={"console_scripts": ["warmstart = warmstart.cli:main"]},
+    entry_points={"console_scripts": ["warmstart = warmstart.main:main"]},
 )

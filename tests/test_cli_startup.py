@@ -37,3 +37,35 @@ def test_report_still_gets_its_plotting_library():
             "print('matplotlib' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                           check=True).stdout.strip() == "True"
+
+
+FAST = """
+import atexit, sys
+atexit.register(lambda: print("click loaded" if "click" in sys.modules else "no click", file=sys.stderr))
+sys.argv = ["warmstart", *sys.argv[1:]]
+from warmstart.main import main
+main()
+"""
+
+
+@pytest.mark.parametrize("args, via_click", [
+    (["run", "--", "sh", "-c", "echo out; exit 3"], False),
+    (["run", "sh", "-c", "echo out; exit 3"], True),          # -c could be one of run's options
+    (["run", "--mode", "none", "--", "sh", "-c", "echo out; exit 3"], True),
+])
+def test_plain_run_skips_the_cli_and_behaves_the_same(tmp_path, args, via_click):
+    """`warmstart run -- CMD` goes straight to the run command's body (main.py), without loading
+    click; with options it goes through the CLI. Same output, exit status and summary either way."""
+    env = {"PATH": "/usr/bin:/bin", "WARMSTART_DB": str(tmp_path / "w.db"), "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", FAST, *args], capture_output=True, text=True, cwd=REPO, env=env)
+    assert r.returncode == 3 and r.stdout == "out\n", r.stderr
+    assert "warmstart: unknown app: launched without prefetch" in r.stderr, r.stderr
+    assert "mode=" in r.stderr and ("click loaded" if via_click else "no click") in r.stderr, r.stderr
+    assert (tmp_path / "w.db").exists()   # WARMSTART_DB honoured on both paths
+
+
+def test_plain_run_reports_errors_like_the_cli(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "WARMSTART_DB": str(tmp_path / "w.db"), "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "warmstart", "run", "--", "/nonexistent/prog"],
+                       capture_output=True, text=True, cwd=REPO, env=env)
+    assert r.returncode != 0 and r.stderr.startswith("warmstart: ") and "Traceback" not in r.stderr, r.stderr
