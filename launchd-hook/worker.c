@@ -561,7 +561,13 @@ static int setup(struct worker *w)
 	if (w->sig < 0)
 		return -errno;
 	if (w->opt->events_path) {
-		w->events = fopen(w->opt->events_path, "ae");
+		/* launch records name users' programs: readable by root only, also when an older
+		 * warmstart created the file 0644 */
+		int fd = open(w->opt->events_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+		if (fd >= 0 && fchmod(fd, 0600) == 0)
+			w->events = fdopen(fd, "ae");
+		else if (fd >= 0)
+			close(fd);
 		if (!w->events)
 			ws_log("cannot append to %s: %s (launch records are not kept)", w->opt->events_path,
 			       strerror(errno));

@@ -161,7 +161,7 @@ int main(int argc, char **argv)
 	if (judge_wait_s)
 		exit_fd = exit_check_open(o.app_pid);
 	if (stats_path) {
-		stats_fd = open(stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		stats_fd = open(stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (stats_fd < 0)
 			fprintf(stderr, "warmstart-replay: cannot write stats to %s: %s\n", stats_path, strerror(errno));
 	}

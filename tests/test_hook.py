@@ -4,6 +4,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -155,3 +156,63 @@ def test_the_learner_is_part_of_the_service(tmp_path):
     r = subprocess.run(["systemd-analyze", "verify", str(paths.unit), str(paths.learner_unit)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+
+
+# A watcher: optionally in a private mount namespace (what ProtectSystem= & co. give a service),
+# marks the mount of argv[2] for FAN_OPEN_EXEC and prints how many exec events it saw in 3 s.
+_MARK_WATCHER = r"""
+import ctypes, os, select, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if sys.argv[1] == "private":
+    assert libc.unshare(0x00020000) == 0, os.strerror(ctypes.get_errno())            # CLONE_NEWNS
+    assert libc.mount(b"none", b"/", None, 0x40000 | 0x4000, None) == 0              # MS_PRIVATE|MS_REC
+fd = libc.fanotify_init(0x1 | 0x2, os.O_RDONLY)                                      # CLOEXEC|NONBLOCK
+assert fd >= 0, os.strerror(ctypes.get_errno())
+assert libc.fanotify_mark(fd, 0x1 | 0x10, ctypes.c_uint64(0x1000), -100, sys.argv[2].encode()) == 0, \
+    os.strerror(ctypes.get_errno())                                                  # ADD|MOUNT, OPEN_EXEC
+print("ready", flush=True)
+seen = 0
+poller = select.poll(); poller.register(fd, select.POLLIN)
+while poller.poll(3000):
+    seen += len(os.read(fd, 65536)) // 24                                            # metadata records
+print(seen, flush=True)
+"""
+
+
+def test_unit_hardening_keeps_the_hosts_mount_namespace(tmp_path):
+    """The units are hardened with every option that needs no private mount namespace, and none
+    that makes one: a fanotify mount mark made inside a private mount namespace does not see an
+    exec on the host's mount (measured here), so such an option would switch the hook off."""
+    import configparser
+    from warmstart.hook import service
+    from warmstart.hook.layout import HookPaths
+    paths = HookPaths(tmp_path, tmp_path / "var/lib/warmstart", tmp_path / "run/warmstart", tmp_path / "etc")
+    namespacing = ("ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "ReadWritePaths",
+                   "ReadOnlyPaths", "InaccessiblePaths", "ProtectKernelTunables", "ProtectKernelModules",
+                   "ProtectKernelLogs", "ProtectControlGroups", "ProtectProc", "PrivateMounts", "TemporaryFileSystem")
+    for unit in (service.write_unit(paths), service.write_learner_unit(paths, "/var/lib/warmstart/warmstart.db")):
+        cfg = configparser.ConfigParser(strict=False, interpolation=None)
+        cfg.read_string(unit.read_text())
+        svc = cfg["Service"]
+        for on in ("NoNewPrivileges", "LockPersonality", "RestrictRealtime", "RestrictSUIDSGID"):
+            assert svc.get(on) == "yes", (unit.name, on)
+        assert not [k for k in svc if k.lower() in {n.lower() for n in namespacing}], unit.name
+    require(os.geteuid() == 0, "the mount-namespace measurement needs root (unshare, mount, fanotify)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "none", str(mnt)], check=True)
+    try:
+        shutil.copy2("/bin/true", mnt / "true")
+        seen = {}
+        for where in ("host", "private"):
+            w = subprocess.Popen([sys.executable, "-c", _MARK_WATCHER, where, str(mnt)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert w.stdout.readline().strip() == "ready", w.stderr.read()
+            for _ in range(3):
+                subprocess.run([str(mnt / "true")], check=True)
+            out, err = w.communicate(timeout=30)
+            assert w.returncode == 0, err
+            seen[where] = int(out.split()[-1])
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+    assert seen["host"] >= 3 and seen["private"] == 0, seen

@@ -1,4 +1,4 @@
-"""Where things live: the database, the built C helpers."""
+"""Where things live: the database, the built C helpers; how private state files are opened."""
 
 import os
 from pathlib import Path
@@ -31,3 +31,27 @@ def helper_binary(name: str) -> Path:
     if not os.access(path, os.X_OK):
         raise WarmstartError(f"{name} is not built ({path} missing): run `make build` in {REPO_ROOT}")
     return path
+
+
+PRIVATE_MODE = 0o600   # logs and event records name users' programs, files and command lines
+
+
+def open_private_append(path, text: bool = False):
+    """Open path for appending, creating it readable by its owner only; a file of ours that an
+    older warmstart left readable by others is made private first."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_MODE)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            os.fchmod(fd, PRIVATE_MODE)
+        return os.fdopen(fd, "a" if text else "ab")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def private_dir(path: Path) -> None:
+    """Create directory path (and its parents) readable by its owner only, or make it so."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)

@@ -33,6 +33,7 @@ from typing import Optional
 
 from ..db.connection import open_db
 from ..errors import WarmstartError
+from ..paths import open_private_append
 from . import feedback
 from .config import HookConfig
 from .layout import HookPaths
@@ -250,7 +251,7 @@ class Learner:
             self._event({"event": "learned", "app": name, "recording_id": recording_id, "error": error})
 
     def _event(self, rec):
-        with open(self.paths.learner_events, "a") as f:
+        with open_private_append(self.paths.learner_events, text=True) as f:
             f.write(json.dumps({"t": time.time(), **rec}) + "\n")
 
     def decide(self, req) -> Optional[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import WarmstartError
-from ..paths import REPO_ROOT, helper_binary
+from ..paths import REPO_ROOT, helper_binary, open_private_append, private_dir
 from .config import HookConfig
 from .layout import HookPaths
 
@@ -78,7 +78,7 @@ def start_learner(paths: HookPaths, db_path: str, use_systemd: Optional[bool] = 
             _wait_gone(pid)
         # a killed learner leaves its socket behind: the wait below must see the new one
         paths.learner_sock.unlink(missing_ok=True)
-        log = open(paths.learner_log, "ab")
+        log = open_private_append(paths.learner_log)
         try:
             env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
             p = subprocess.Popen(learner_args(db_path), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -170,8 +170,9 @@ def start(paths: HookPaths, use_systemd: Optional[bool] = None, cfg: Optional[Ho
     pid = running_pid(paths)
     if pid is not None:
         return {"started": False, "pid": pid, "how": "already running (reloads the index by itself)"}
-    for d in (paths.run, paths.state, paths.launches):
+    for d in (paths.run, paths.state):   # the shim reads the pidfile, the index and the exports
         d.mkdir(parents=True, exist_ok=True, mode=0o755)
+    private_dir(paths.launches)          # one replayer report per launch of every user
     if use_systemd is None:
         use_systemd = systemd_running()
     if use_systemd:
@@ -180,7 +181,7 @@ def start(paths: HookPaths, use_systemd: Optional[bool] = None, cfg: Optional[Ho
         _systemctl("enable", "--now", "warmstartd.service")
         how = "systemd (warmstartd.service enabled)"
     else:
-        log = open(paths.log, "ab")
+        log = open_private_append(paths.log)
         try:
             subprocess.Popen(daemon_args(paths, cfg), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                              start_new_session=True, close_fds=True)
