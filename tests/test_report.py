@@ -201,3 +201,22 @@ def test_everyday_use_is_reported_against_the_recorded_cold_launch(db_path):
     assert by_app["fresh"]["cold"]["median"] == 1.5 and by_app["fresh"]["prefetched"] is None
     text = run(db_path)
     assert "loop3 hdd" in text and "2.200 ±9%*" in text and "75%" in text and "cold*:" in text
+
+
+def test_lower_bound_from_the_stored_sorted_pass(db_path, tmp_path):
+    """A bench's sorted pass (the disk half of LB) is stored; the report's LB is max(warm median,
+    the latest pass on that disk), in the JSON and as a mark on the normalised figure."""
+    from warmstart.db.launches import insert_sorted_pass
+    conn = open_db(db_path)
+    ids = fill(conn)
+    plain = json.loads(run(db_path, "--json"))
+    assert all(a["lower_bound_s"] is None for a in plain["apps"])   # nothing measured: no LB
+    insert_sorted_pass(conn, app_id=ids["pyimport"], seconds=0.3, nbytes=10 << 20, ranges=40, disk="ssd")
+    insert_sorted_pass(conn, app_id=ids["pyimport"], seconds=0.4, nbytes=10 << 20, ranges=40, disk="hdd7200")
+    insert_sorted_pass(conn, app_id=ids["gcc"], seconds=0.05, nbytes=1 << 20, ranges=4, disk="hdd7200")
+    doc = json.loads(run(db_path, "--json", "--plot", str(tmp_path / "figs")))
+    by_app = {a["app"]: a for a in doc["apps"]}
+    assert by_app["pyimport"]["lower_bound_s"] == 0.4 and by_app["pyimport"]["sorted_pass_s"] == 0.4
+    assert by_app["gcc"]["lower_bound_s"] == 0.1    # warm (0.1 s) is the larger half
+    svg = (tmp_path / "figs" / "normalised.svg").read_text()
+    assert "lower bound (LB)" in svg and "thick line: LB" in svg

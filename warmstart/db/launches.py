@@ -1,4 +1,5 @@
-"""All SQL for the launches table: one row per measured launch (run, bench, hook)."""
+"""All SQL for the launches table: one row per measured launch (run, bench, hook); and for the
+sorted passes, the disk half of a launch's lower bound."""
 
 import json
 import sqlite3
@@ -22,6 +23,24 @@ def insert_launch(conn: sqlite3.Connection, *, mode: str, launch_time_s: float,
          exit_status, prefetched_bytes, used_bytes, prefetched_used_bytes,
          json.dumps(details or {}, sort_keys=True, default=str)))
     return cur.lastrowid
+
+
+def insert_sorted_pass(conn: sqlite3.Connection, *, app_id: int, seconds: float, nbytes: int, ranges: int,
+                       disk: Optional[str] = None, recording_id: Optional[int] = None,
+                       bench_id: Optional[str] = None, modelled: Optional[str] = None) -> int:
+    cur = conn.execute(
+        "INSERT INTO sorted_passes (app_id, recording_id, bench_id, disk, seconds, bytes, ranges, modelled,"
+        " measured_at) VALUES (?,?,?,?,?,?,?,?,?)",
+        (app_id, recording_id, bench_id, disk, seconds, nbytes, ranges, modelled, time.time()))
+    return cur.lastrowid
+
+
+def latest_sorted_passes(conn: sqlite3.Connection) -> dict:
+    """(app name, disk) -> the latest sorted pass of that app on that disk, as a dict."""
+    rows = conn.execute(
+        "SELECT a.name AS app, p.* FROM sorted_passes p JOIN apps a ON a.id = p.app_id"
+        " ORDER BY p.measured_at, p.id").fetchall()
+    return {(r["app"], r["disk"]): dict(r) for r in rows}
 
 
 def apps_with_hook_launches(conn: sqlite3.Connection) -> List[tuple]:

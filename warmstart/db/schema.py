@@ -240,6 +240,24 @@ CREATE TABLE page_uses (
     ("superseded recordings", """
 ALTER TABLE recordings ADD COLUMN superseded_by INTEGER REFERENCES recordings(id) ON DELETE SET NULL;
 """),
+    # The disk half of a launch's lower bound: all of its blocks read in one LBA-sorted pass
+    # (bench measures it with O_DIRECT, or estimates it with the disk's profile where the node
+    # refuses O_DIRECT). The report marks LB = max(warm, this) on its bars.
+    ("sorted passes", """
+CREATE TABLE sorted_passes (
+    id            INTEGER PRIMARY KEY,
+    app_id        INTEGER NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+    recording_id  INTEGER REFERENCES recordings(id) ON DELETE SET NULL,
+    bench_id      TEXT,
+    disk          TEXT,                    -- as launches.disk
+    seconds       REAL NOT NULL,
+    bytes         INTEGER NOT NULL,
+    ranges        INTEGER NOT NULL,
+    modelled      TEXT,                    -- NULL: timed; else why and how it was estimated
+    measured_at   REAL NOT NULL
+);
+CREATE INDEX sorted_passes_app ON sorted_passes(app_id, disk);
+"""),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

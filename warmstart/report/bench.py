@@ -24,6 +24,7 @@ from ..analyzer.probe import check_direct, device_path
 from ..analyzer.profile import measure, measure_through_file
 from ..db import launches as launches_db
 from ..db.profiles import latest_profile, save_profile
+from ..db.recordings import get_app, list_recordings, load_block_requests
 from ..db.schedules import list_schedules
 from ..errors import WarmstartError
 from ..launching import parse_until
@@ -195,10 +196,13 @@ def activate(conn, name: str, schedule_id: int) -> None:
 def sorted_pass_s(conn, name: str, repeat: int = 3) -> Optional[dict]:
     """Time to read all of the launch's blocks in one LBA-sorted pass (O_DIRECT probe), from the
     app's latest recording: the disk half of the lower bound."""
-    rec = conn.execute("SELECT r.id FROM recordings r JOIN apps a ON a.id = r.app_id WHERE a.name = ?"
-                       " ORDER BY r.id DESC LIMIT 1", (name,)).fetchone()
-    reqs = conn.execute("SELECT dev, sector, nr_sectors FROM block_requests WHERE recording_id = ?"
-                        " AND is_write = 0 AND nr_sectors > 0", (rec[0],)).fetchall() if rec else []
+    app = get_app(conn, name)
+    recs = list_recordings(conn, app["id"]) if app else []
+    if not recs:
+        return None
+    rid = recs[-1]["id"]
+    reqs = [(r.dev, r.sector, r.nr_sectors) for r in load_block_requests(conn, rid)
+            if not r.is_write and r.nr_sectors > 0]
     if not reqs:
         return None
     dev = max({r[0] for r in reqs}, key=lambda d: sum(x[2] for x in reqs if x[0] == d))  # the main disk
@@ -210,7 +214,8 @@ def sorted_pass_s(conn, name: str, repeat: int = 3) -> Optional[dict]:
             ranges.append([sector, nr])
         end = ranges[-1][0] + ranges[-1][1]
     node = os.fsdecode(block_device_node(dev))
-    info = {"bytes": sum(n for _, n in ranges) * 512, "ranges": len(ranges), "device": node}
+    info = {"bytes": sum(n for _, n in ranges) * 512, "ranges": len(ranges), "device": node,
+            "app_id": app["id"], "recording_id": rid}
     try:
         check_direct(node)
     except WarmstartError as e:
@@ -313,7 +318,11 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
                     raise WarmstartError(f"analyze stored no {kind} schedule for {name}: "
                                          f"run `warmstart analyze {name}` to see why")
                 info["schedules"][kind] = sid
-            info["sorted_pass"] = sorted_pass_s(conn, name)
+            info["sorted_pass"] = sp = sorted_pass_s(conn, name)
+            if sp:   # for the report's lower-bound marks
+                launches_db.insert_sorted_pass(conn, app_id=sp["app_id"], seconds=sp["seconds"], nbytes=sp["bytes"],
+                                               ranges=sp["ranges"], disk=cfg.label, recording_id=sp["recording_id"],
+                                               bench_id=bench_id, modelled=sp.get("modelled"))
             prepared[app.name] = (app, name, argv, ref, info)
             doc["apps"][app.name] = info
             tick(f"prepared {app.name}")

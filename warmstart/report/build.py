@@ -22,7 +22,8 @@ def make_figures(conn, launches: list, summaries: list, plot_dir: Path, progress
         if paths:
             out.append((caption, str(paths[0]), str(paths[1])))
 
-    add("Figure: launch time normalised to cold (median, min-max whiskers) per app and method",
+    add("Figure: launch time normalised to cold (median, min-max whiskers) per app and method; "
+        "the lower bound LB marked where measured",
         figures.normalised(summaries, plot_dir / "normalised"))
     for s in summaries:
         panels = timeline.pick(conn, launches, s["app"], s["disk"], s["prefetch_method"])
@@ -53,7 +54,9 @@ def build_report(conn, names: Sequence[str] = (), bench_id: Optional[str] = None
     summary.name_unknown_disks(launches, recorded)
     if disk:
         recorded = {app: ref for app, ref in recorded.items() if ref["disk"] == disk}
-    summaries = summary.summarize(launches, prefetch_method=prefetch_method, recorded=recorded)
+    from ..db.launches import latest_sorted_passes
+    summaries = summary.summarize(launches, prefetch_method=prefetch_method, recorded=recorded,
+                                  sorted_passes=latest_sorted_passes(conn))
     from ..hook.config import load_config
     from ..hook.feedback import degraded
     bad = degraded(conn, load_config())

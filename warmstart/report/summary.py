@@ -125,8 +125,11 @@ def _sum(values: Iterable) -> Optional[int]:
 
 
 def summarize(launches: list, prefetch_method: Optional[str] = None, now: Optional[float] = None,
-              recorded: Optional[dict] = None) -> list:
+              recorded: Optional[dict] = None, sorted_passes: Optional[dict] = None) -> list:
     """One dict per (app, disk) with medians/spreads per method and the derived gains.
+
+    `sorted_passes` ((app, disk) -> latest_sorted_passes row) gives the disk half of the lower
+    bound: lower_bound_s = max(warm median, that pass), None without both halves' data.
 
     `recorded` (from recorded_cold) is the cold reference of an (app, disk) with no cold launch
     of its own, on the disk its recordings read from; an app with recordings and no launches
@@ -158,6 +161,7 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
             methods = {"cold": stats.spread(ref["times"]), **methods}
             cold_source = RECORDED_COLD
         cold, warm = methods.get("cold"), methods.get("warm")
+        sp = (sorted_passes or {}).get((app, disk))
         pm = prefetch_method or next((m for m in PREFETCH_PREFERENCE if m in methods),
                                      next((m for m in methods if m not in NOT_PREFETCHED), None))
         pref = methods.get(pm) if pm else None
@@ -183,6 +187,8 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
             "prefetched": pref.as_dict() if pref else None,
             "warm": warm.as_dict() if warm else None,
             "gain": stats.gain(med(pref), med(cold)),
+            "sorted_pass_s": sp["seconds"] if sp else None,
+            "lower_bound_s": stats.lower_bound(med(warm), sp["seconds"]) if sp and warm else None,
             "captured": stats.captured(med(cold), med(pref), med(warm)),
             "t_exp_s": latest["t_exp_s"] if latest else None,
             "t_exp_error": stats.estimate_error(med(pref), latest["t_exp_s"]) if latest else None,
