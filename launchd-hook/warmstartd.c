@@ -1,11 +1,12 @@
 /* warmstartd: prefetch a recorded app's pre-buffer before its exec proceeds.
  *
- * Two processes. The worker (worker.c) owns the fanotify group and answers exec events. The
+ * Two processes, and a sentinel. The worker (worker.c) owns the fanotify group and answers exec events. The
  * watchdog (this file, the parent) owns no fanotify fd, so the kernel releases the group, and
  * with it every pending exec (answered FAN_ALLOW), the moment the worker dies. The kernel has
  * no timeout for permission events: a STOPPED listener blocks execs for ever. So the watchdog
  * SIGKILLs a worker it finds stopped (state T/t) or whose heartbeat is older than --hang-ms,
- * then starts a new one. The worker dies with the watchdog (PR_SET_PDEATHSIG). */
+ * then starts a new one. The worker dies with the watchdog (PR_SET_PDEATHSIG). A third process,
+ * the sentinel, covers the watchdog being stopped too (start_sentinel). */
 #include "daemon.h"
 
 #include <errno.h>
@@ -96,6 +97,48 @@ static pid_t start_worker(const struct ws_options *opt, struct ws_heartbeat *hb,
 	_exit(ws_worker_run(opt, hb));
 }
 
+static int stopped(pid_t pid)
+{
+	char st = worker_state(pid);
+
+	return st == 'T' || st == 't';
+}
+
+/* The sentinel: a third process, in a session of its own (so `kill -STOP -PGID` of the daemon
+ * does not reach it), holding no fanotify fd. While the watchdog runs it does nothing: the
+ * watchdog looks after the worker. When the watchdog is stopped too and the worker is stopped
+ * or hung, it kills the worker: the kernel then allows every exec the group held, and the
+ * watchdog, once continued, starts a new worker. Dies with the watchdog. */
+static pid_t start_sentinel(const struct ws_options *opt, struct ws_heartbeat *hb, pid_t watchdog)
+{
+	pid_t pid = fork();
+
+	if (pid != 0)
+		return pid < 0 ? -errno : pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != watchdog)
+		_exit(0);
+	setsid();
+	prctl(PR_SET_NAME, "warmstartd-sn");
+	for (;;) {
+		pid_t worker;
+
+		usleep(opt->stop_check_ms * 1000u);
+		if (getppid() != watchdog)
+			_exit(0);
+		worker = hb->worker_pid;
+		if (worker <= 0 || !stopped(watchdog))
+			continue;
+		if (stopped(worker) || ws_now_ns() - hb->beat_ns > (uint64_t)opt->hang_ms * 1000000ull) {
+			ws_log("watchdog %d and worker %d are both stopped or hung; killing the worker so "
+			       "execs proceed (the watchdog starts a new one when it runs again)",
+			       (int)watchdog, (int)worker);
+			kill(worker, SIGKILL);
+			hb->worker_pid = 0;
+		}
+	}
+}
+
 static int run_watchdog(const struct ws_options *opt, struct ws_heartbeat *hb)
 {
 	sigset_t set;
@@ -116,6 +159,9 @@ static int run_watchdog(const struct ws_options *opt, struct ws_heartbeat *hb)
 		return 1;
 	}
 	hb->beat_ns = ws_now_ns();
+	if (start_sentinel(opt, hb, me) < 0)
+		ws_log("cannot start the sentinel: %s (execs wait if both processes are stopped)",
+		       strerror(errno));
 	worker = start_worker(opt, hb, me);
 	if (worker < 0) {
 		ws_log("fork: %s", strerror((int)-worker));
@@ -127,7 +173,6 @@ static int run_watchdog(const struct ws_options *opt, struct ws_heartbeat *hb)
 		struct signalfd_siginfo si;
 		int status;
 		pid_t dead;
-		char st;
 
 		poll(&p, 1, (int)opt->stop_check_ms);
 		while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
@@ -175,8 +220,7 @@ static int run_watchdog(const struct ws_options *opt, struct ws_heartbeat *hb)
 		}
 		if (stopping)
 			continue;
-		st = worker_state(worker);
-		if (st == 'T' || st == 't') {
+		if (stopped(worker)) {
 			/* a stopped listener blocks every exec on the marked mounts: kill it, which makes
 			 * the kernel allow whatever it held, and start over */
 			ws_log("worker %d is stopped; killing it so execs proceed", (int)worker);

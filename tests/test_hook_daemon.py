@@ -290,6 +290,46 @@ def test_sigstop_of_the_worker_is_bounded(live):
     assert "is stopped; killing it" in live.log.read_text()
 
 
+def test_both_processes_stopped_is_bounded(live):
+    """`kill -STOP` of the watchdog and the worker together (the daemon's process group): the
+    sentinel, in a session of its own, kills the stopped worker, so execs on the marked mount
+    proceed; the continued watchdog starts a new worker, which hooks again."""
+    app = live.app()
+    other = live.app("unrelated")
+    live.write(live.entry(app, delay="0.1", hold_ms=1000))
+    live.start()
+    watchdog, worker = live.proc.pid, live.worker_pid()
+    sentinels = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == watchdog and int(p) != worker]
+    assert len(sentinels) == 1 and os.getsid(int(sentinels[0])) != os.getsid(watchdog), sentinels
+    os.kill(watchdog, signal.SIGSTOP)
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        e1, rc1 = timed_run([other], timeout=10)
+        e2, rc2 = timed_run([app], timeout=10)
+    finally:
+        os.kill(watchdog, signal.SIGCONT)
+    assert rc1 == rc2 == 0
+    # sentinel period 50 ms + SIGKILL + the kernel releasing the group, loosely (shared cores)
+    assert e1 < 2.0 and e2 < 2.0, (e1, e2)
+    assert "both stopped or hung; killing the worker" in live.log.read_text()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and live.worker_pid() in (None, worker):
+        time.sleep(0.05)
+    assert live.worker_pid() not in (None, worker)
+    p = spawn_exec(app)
+    time.sleep(0.05)
+    assert p.poll() is None, "the new worker does not hold the app's exec"   # hooked again
+    p.wait(timeout=5)
+
+
+def _ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def test_kernel_blocks_execs_of_a_stopped_listener_without_watchdog(live):
     # why the watchdog exists: the kernel has no timeout for permission events
     other = live.app("unrelated")
