@@ -202,6 +202,12 @@ def app_of_schedule(conn: sqlite3.Connection, schedule_id: int) -> int:
     return conn.execute("SELECT app_id FROM schedules WHERE id = ?", (schedule_id,)).fetchone()[0]
 
 
+def activate_schedule(conn: sqlite3.Connection, app_name: str, schedule_id: int) -> None:
+    """Make schedule_id the one `run` and the hook use for the app (the others stay, inactive)."""
+    conn.execute("UPDATE schedules SET active = (id = ?) WHERE app_id = (SELECT id FROM apps WHERE name = ?)",
+                 (schedule_id, app_name))
+
+
 def mark_stale(conn: sqlite3.Connection, schedule_id: int, stale: bool = True) -> None:
     conn.execute("UPDATE schedules SET stale = ? WHERE id = ?", (int(stale), schedule_id))
 

@@ -18,7 +18,8 @@ import importlib
 import os
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..db.schedules import Extent, Range, ScheduledFile, Schedule, load_active_schedule, save_schedule
+from ..db.schedules import (Extent, Range, ScheduledFile, Schedule, activate_schedule, load_active_schedule,
+                             save_schedule)
 from . import model
 from .extents import fiemap
 
@@ -156,8 +157,7 @@ def _keep_remap_if_unmapped(conn, name: str, remapped: Schedule, remapped_id: in
     got, want = _file_bytes(active), _file_bytes(remapped)
     if got >= want:
         return ""
-    conn.execute("UPDATE schedules SET active = (id = ?) WHERE app_id = (SELECT id FROM apps WHERE name = ?)",
-                 (remapped_id, name))
+    activate_schedule(conn, name, remapped_id)
     return (f"; its schedule {active.id} maps only {got / 2**20:.1f} of {want / 2**20:.1f} MiB to files (the recorded "
             f"LBAs predate the move): the remapped schedule {remapped_id} stays active")
 

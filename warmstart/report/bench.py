@@ -25,7 +25,7 @@ from ..analyzer.profile import measure, measure_through_file
 from ..db import launches as launches_db
 from ..db.profiles import latest_profile, save_profile
 from ..db.recordings import get_app, list_recordings, load_block_requests
-from ..db.schedules import list_schedules
+from ..db.schedules import activate_schedule, list_schedules
 from ..errors import WarmstartError
 from ..launching import parse_until
 from ..paths import helper_binary
@@ -187,12 +187,6 @@ def recording_matches(conn, name: str, fs_dev: int) -> bool:
     return True
 
 
-def activate(conn, name: str, schedule_id: int) -> None:
-    """Make schedule_id the one `run` uses (bench alternates the paper's and ours)."""
-    conn.execute("UPDATE schedules SET active = (id = ?) WHERE app_id = (SELECT id FROM apps WHERE name = ?)",
-                 (schedule_id, name))
-
-
 def sorted_pass_s(conn, name: str, repeat: int = 3) -> Optional[dict]:
     """Time to read all of the launch's blocks in one LBA-sorted pass (O_DIRECT probe), from the
     app's latest recording: the disk half of the lower bound."""
@@ -335,11 +329,11 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
                     tick(f"rep {rep + 1} {app.name} {mode}")
         if prepared and "hook" in cfg.modes:
             from .benchhook import run_hook_mode
-            run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate, tick, say)
+            run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate_schedule, tick, say)
         if prepared:
             activate_all = [(n, i["schedules"]["ours"]) for _, n, _, _, i in prepared.values()]
             for n, sid in activate_all:
-                activate(conn, n, sid)  # leave our algorithm's schedule active, as analyze does
+                activate_schedule(conn, n, sid)  # leave our algorithm's schedule active, as analyze does
         if prepared and (cfg.relocate or cfg.relocate_one):
             doc["relocation"] = relocation.run_relocation(conn, db_path, cfg, dut, doc, bench_id, prepared,
                                                           until, _measure, tick, say)
@@ -378,7 +372,7 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
         return
     rmode, algorithm = PLAN[mode]
     if algorithm:
-        activate(conn, name, info["schedules"][algorithm])
+        activate_schedule(conn, name, info["schedules"][algorithm])
     if mode == "run-cli":
         _measure_cli_run(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref)
         return
