@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from .db import open_db
-from .errors import WarmstartError
+from .db import connection, open_db
+from .errors import WarmstartError, as_user_error
 
 
 class Context:
@@ -105,6 +105,12 @@ def run_click(group, prog: str) -> None:
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except Exception as e:
+        user = as_user_error(e, connection.last_opened)
+        if user is None:
+            raise
+        click.echo(f"{prog}: {user}", err=True)
+        sys.exit(user.exit_code)
 
 
 def main():

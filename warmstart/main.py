@@ -10,7 +10,7 @@ command line, options included, goes through the CLI (cli.py).
 import os
 import sys
 
-from .errors import WarmstartError
+from .errors import WarmstartError, as_user_error
 
 PROG = "warmstart"
 
@@ -36,12 +36,15 @@ def main():
         cli_main()
         return
     from .commands.run_body import execute
-    from .db import open_db
+    from .db import connection, open_db
     try:
         status = execute(lambda: open_db(os.environ.get("WARMSTART_DB") or None), cmd)
-    except WarmstartError as e:
-        sys.stderr.write(f"{PROG}: {e}\n")
-        sys.exit(e.exit_code)
+    except Exception as e:
+        user = e if isinstance(e, WarmstartError) else as_user_error(e, connection.last_opened)
+        if user is None:
+            raise
+        sys.stderr.write(f"{PROG}: {user}\n")
+        sys.exit(user.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         sys.exit(130)

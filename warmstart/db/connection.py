@@ -5,7 +5,7 @@ import sqlite3
 from pathlib import Path
 from typing import Optional, Union
 
-from ..errors import WarmstartError
+from ..errors import WarmstartError, as_user_error
 from ..paths import default_db_path
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
@@ -36,7 +36,8 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             conn.execute(f"PRAGMA user_version = {number}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:   # SQLite ends it itself on some errors (a full disk)
+                conn.execute("ROLLBACK")
             raise
 
 
@@ -51,6 +52,8 @@ def _split_sql(script: str):
     if statement.strip():
         yield statement
 
+
+last_opened: Optional[Path] = None   # the database this process opened last (for error messages)
 
 PRIVATE_MODE = 0o600  # the database holds command lines and the paths of every file a launch read
 
@@ -83,7 +86,9 @@ def open_db(path: Optional[Union[str, os.PathLike]] = None) -> sqlite3.Connectio
 
     Returns a connection with foreign keys on, WAL journaling and sqlite3.Row rows.
     """
+    global last_opened
     path = Path(path) if path else default_db_path()
+    last_opened = path
     if path.exists() and not os.access(path, os.R_OK):
         raise WarmstartError(f"cannot read database {path}: permission denied; check its permissions "
                              f"or pass --db PATH")
@@ -110,6 +115,9 @@ def open_db(path: Optional[Union[str, os.PathLike]] = None) -> sqlite3.Connectio
             conn.close()
         if not isinstance(e, sqlite3.DatabaseError):
             raise
+        full = as_user_error(e, path)
+        if full is not None:
+            raise full from None
         # SQLite itself recognises foreign files: reading the header with open()/close() here
         # would drop this process's POSIX locks on the database held by other connections.
         what = ("is not an SQLite database (corrupt or another program's file)"
@@ -132,5 +140,8 @@ class _Transaction:
         return self.conn
 
     def __exit__(self, exc_type, exc, tb):
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:   # SQLite ends it itself on some errors (a full disk)
+            self.conn.execute("ROLLBACK")
         return False

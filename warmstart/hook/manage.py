@@ -23,12 +23,23 @@ def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
     for f in paths.schedules.glob("*.wsr"):  # exports of forgotten apps and older schedules
         if str(f) not in in_use:
             f.unlink(missing_ok=True)
+    for d in (paths.state, paths.schedules):
+        _remove_orphaned_temp_files(d)
     launchers = {e.schedule_id: os.fsdecode(e.exe) for e in index.entries if e.launcher}
     return {"index": str(paths.index), "entries": [
         {"app": e.name, "schedule_id": e.schedule_id, "hold_ms": e.hold_ms,
          "signature": [n.decode("utf-8", "surrogateescape") for n in e.needles],
          "launcher": launchers.get(e.schedule_id)} for e in index.entries if not e.launcher],
         "skipped": [{"app": s.app, "reason": s.reason} for s in skipped], "learn": cfg.learn}
+
+
+def _remove_orphaned_temp_files(directory) -> None:
+    """NAME.tmp.PID files (index.write_index, export.write_export) of writers no longer alive:
+    what a writer killed between writing and renaming leaves."""
+    for f in directory.glob("*.tmp.*"):
+        pid = f.name.rpartition(".tmp.")[2]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            f.unlink(missing_ok=True)
 
 
 def refresh_if_installed(conn) -> Optional[dict]:

@@ -91,10 +91,12 @@ def encode(schedule) -> bytes:
 
 
 def write_export(schedule, path) -> ExportInfo:
-    """Write the export for `schedule` to `path` atomically (temp file + rename)."""
+    """Write the export for `schedule` to `path` atomically (temp file + rename). The temp file
+    is named after this process (PATH.tmp.PID): a concurrent writer never replaces it, and one a
+    killed writer left behind is recognisable (hook refresh removes those)."""
     data = encode(schedule)
     path = os.fsencode(path)
-    tmp = path + b".tmp"
+    tmp = path + b".tmp.%d" % os.getpid()
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
