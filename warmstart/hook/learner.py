@@ -41,6 +41,8 @@ from .signature import needles
 
 MAX_REQUEST = 16384
 
+LEARNER_NICE = 10   # the unit's Nice= (launchd-hook/warmstart-learner.service)
+
 
 JSON_LOG = False   # `warmstart hook learner --json`: one JSON object per log line
 
@@ -395,6 +397,10 @@ class Learner:
 
     # ---- main loop
     def serve(self, stop: threading.Event):
+        # behind what the user runs, as warmstart-learner.service runs it (Nice=10), also when
+        # `hook install` started it directly (no systemd)
+        if os.getpriority(os.PRIO_PROCESS, 0) < LEARNER_NICE:
+            os.setpriority(os.PRIO_PROCESS, 0, LEARNER_NICE)
         path = str(self.paths.learner_sock)
         try:
             os.unlink(path)
