@@ -220,3 +220,18 @@ def test_lower_bound_from_the_stored_sorted_pass(db_path, tmp_path):
     assert by_app["gcc"]["lower_bound_s"] == 0.1    # warm (0.1 s) is the larger half
     svg = (tmp_path / "figs" / "normalised.svg").read_text()
     assert "lower bound (LB)" in svg and "thick line: LB" in svg
+
+
+def test_history_marks_the_launches_the_feedback_judged_bad(db_path, tmp_path):
+    conn = open_db(db_path)
+    ids = fill(conn)
+    for k, (bad, t) in enumerate(((False, 0.6), (True, 1.9), (True, 2.0))):
+        conn.execute("INSERT INTO launches(app_id, mode, started_at, launch_time_s, exit_status, details_json)"
+                     " VALUES (?, 'hook', ?, ?, 0, ?)",
+                     (ids["gcc"], NOW - 60 + k, t, json.dumps({"feedback": {"judged": True, "bad": bad}})))
+    run(db_path, "--plot", str(tmp_path / "figs"))
+    svg = (tmp_path / "figs" / "history.svg").read_text()
+    assert "bad verdict (feedback)" in svg and "x: the feedback judged the launch bad" in svg
+    conn.execute("DELETE FROM launches WHERE mode = 'hook'")
+    run(db_path, "--plot", str(tmp_path / "figs2"))
+    assert "judged the launch bad" not in (tmp_path / "figs2" / "history.svg").read_text()  # only when some were

@@ -4,7 +4,7 @@
    bound marked (paper Fig. 3).
 2. timeline(): CPU and disk usage and each request's LBA over a launch, cold vs prefetched,
    segment boundaries marked (paper Fig. 4).
-3. history(): launch time over days per app, re-recordings marked.
+3. history(): launch time over days per app, re-recordings and bad feedback verdicts marked.
 
 Grayscale-readable: methods differ by hatch and gray level, series by line style and marker,
 never by colour alone.
@@ -165,6 +165,13 @@ def history(launches: list, recordings: dict, stem: Path) -> list:
             ax.plot([dt.datetime.fromtimestamp(r["started_at"]) for r in pts],
                     [r["launch_time_s"] for r in pts], marker=marker, linestyle="-", linewidth=0.6,
                     markersize=4, color="black", markerfacecolor="white", label=m)
+        # hooked launches the feedback judged bad (a missed pre-buffer): marked over their point;
+        # after several in a row the app is re-learned (stale) or shown degraded (docs/hook.md)
+        bad = [r for r in rows if ((r.get("details") or {}).get("feedback") or {}).get("bad")]
+        if bad:
+            ax.plot([dt.datetime.fromtimestamp(r["started_at"]) for r in bad], [r["launch_time_s"] for r in bad],
+                    linestyle="none", marker="x", markersize=9, color="black", markeredgewidth=1.6,
+                    label="bad verdict (feedback)", zorder=5)
         for k, t in enumerate(recordings.get(app, [])):
             ax.axvline(dt.datetime.fromtimestamp(t), color="0.4", linestyle="--", linewidth=0.9,
                        label="(re-)recorded" if k == 0 else None)
@@ -175,6 +182,8 @@ def history(launches: list, recordings: dict, stem: Path) -> list:
     axes[-1, 0].set_xlabel("date and time of the launch (local)")
     for label in axes[-1, 0].get_xticklabels():
         label.set(rotation=30, ha="right")
+    any_bad = any(((r.get("details") or {}).get("feedback") or {}).get("bad") for r in launches)
     fig.suptitle("Launch times over time per application: does the gain last?\n"
-                 "(dashed lines: the app was (re-)recorded)", fontsize=10)
+                 "(dashed lines: the app was (re-)recorded" + ("; x: the feedback judged the launch bad)"
+                                                               if any_bad else ")"), fontsize=10)
     return _save(fig, stem)
