@@ -1,10 +1,10 @@
 """The `warmstart` program's entry point.
 
-`warmstart run -- CMD` is part of an app's launch: everything it prints as start-up time is time
-the user waits. Loading the click CLI costs ~20 ms before any work, so a plain run (no options
-after `run`, no global options) goes straight to the run command's body (commands/run_body.py),
-with the same defaults, database (WARMSTART_DB or the default) and error handling; every other
-command line, options included, goes through the CLI (cli.py).
+`warmstart run -- CMD` is part of an app's launch: its start-up is time the user waits.
+Loading the click CLI costs ~20 ms before any work, so a plain run (no options after `run`, no
+global options) goes straight to the run command's body (commands/run_body.py), with the same
+defaults, database (WARMSTART_DB or the default) and error handling; every other command line,
+options included, goes through the CLI (cli.py).
 """
 
 import os
