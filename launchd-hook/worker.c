@@ -40,6 +40,7 @@ struct hold {
 	uint64_t schedule_id; /* not an entry index: the index may be reloaded during a hold */
 	int learn;            /* held for the learner (notify_fd is its socket), not a replayer */
 	char stats[200];      /* the replayer's stats file ("" without --launch-dir) */
+	uid_t uid;            /* the launching user: the learner keeps their own view for them */
 };
 
 /* A process a replayer was started for. exec keeps the pid and its start time, so when a hooked
@@ -265,9 +266,10 @@ static void release(struct worker *w, struct hold *h, const char *outcome)
 			   (int)h->app, (now - h->start_ns) / 1e6, outcome);
 	else
 		emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, \"replayer_pid\": %d, "
-			      "\"held_ms\": %.3f, \"outcome\": \"%s\", \"t_exec\": %.6f, \"stats\": \"%s\"",
+			      "\"held_ms\": %.3f, \"outcome\": \"%s\", \"t_exec\": %.6f, \"stats\": \"%s\", "
+			      "\"uid\": %u",
 			   (unsigned long long)h->schedule_id, (int)h->app, (int)h->replayer,
-			   (now - h->start_ns) / 1e6, outcome, h->start_ns / 1e9, h->stats);
+			   (now - h->start_ns) / 1e6, outcome, h->start_ns / 1e9, h->stats, (unsigned)h->uid);
 	h->event_fd = -1;
 	w->hb->held--;
 }
@@ -359,7 +361,7 @@ static int try_learn(struct worker *w, const struct fanotify_event_metadata *m, 
 		close(sock);
 		return 0;
 	}
-	w->holds[slot] = (struct hold){m->fd, sock, 0, m->pid, t0, t0 + WS_LEARN_HOLD_MS * 1000000ull, 0, 1, ""};
+	w->holds[slot] = (struct hold){m->fd, sock, 0, m->pid, t0, t0 + WS_LEARN_HOLD_MS * 1000000ull, 0, 1, "", 0};
 	w->hb->held++;
 	w->n_learn++;
 	return 1;
@@ -457,7 +459,7 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 	note_launch(w, m->pid, starttime, e->schedule_id);
 	hold_ms = ws_entry_hold_ms(&w->idx, e);
 	w->holds[slot] = (struct hold){m->fd, nfd, rp, m->pid, t0, t0 + hold_ms * 1000000ull,
-				       e->schedule_id, 0, ""};
+				       e->schedule_id, 0, "", uid};
 	memcpy(w->holds[slot].stats, stats, sizeof(stats));
 	w->hb->held++;
 }

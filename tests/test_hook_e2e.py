@@ -174,6 +174,9 @@ def test_plain_launch_is_prefetched_like_warmstart_run(hookenv, capsys):
     with capsys.disabled():
         print("stopwatch - hooked launch time (ms):", ["%.1f" % (d * 1e3) for d in diffs])
     assert statistics.median(diffs) <= 0.010, diffs
+    # the launching user's own view (hook/users.py): root launched them, so users/0.jsonl
+    view = [json.loads(x) for x in (h.root / "var/lib/warmstart/users/0.jsonl").read_text().splitlines()]
+    assert len([v for v in view if v["app"] == name]) >= REPS and all(v["cold_s"] for v in view), view
     # and the report shows the app's hooked times and its gain (the recording is its cold launch)
     rep = next(a for a in h.wsj("report")["apps"] if a["app"] == name)
     assert rep["gain"] and rep["gain"] > 0 and rep["methods"]["hook"]["n"] >= REPS, rep

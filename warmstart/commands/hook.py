@@ -91,6 +91,9 @@ def status(obj, as_json):
         if r["launches"]:
             lines.append(f"recent hooked launches: {r['launches']['launches']} {r['launches']['outcomes']}")
         lines += [f"degraded: {app}: {why}" for app, why in sorted((r.get("degraded") or {}).items())]
+        if "system" in r:
+            from ..hook.users import render
+            lines.append(render(r["system"]))
         return "\n".join(lines)
     emit(r, as_json, text)
 

@@ -92,11 +92,22 @@ class HookPaths:
     def preload_env(self) -> Path:
         return self.state / "preload.env"
 
+    @property
+    def users(self) -> Path:
+        """Per launching user: their hooked launches (users.py), readable by them alone."""
+        return self.state / "users"
+
+
+def system_paths() -> HookPaths:
+    """The system hook's tree (warmstartd's), whoever asks."""
+    root = Path(os.environ.get("WARMSTART_HOOK_ROOT", "/"))
+    return HookPaths(root, root / "var/lib/warmstart", root / "run/warmstart", root / "etc")
+
 
 def hook_paths() -> HookPaths:
-    root = Path(os.environ.get("WARMSTART_HOOK_ROOT", "/"))
     if os.geteuid() == 0 or "WARMSTART_HOOK_ROOT" in os.environ:
-        return HookPaths(root, root / "var/lib/warmstart", root / "run/warmstart", root / "etc")
+        return system_paths()
+    root = Path("/")
     data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "warmstart"
     run = Path(os.environ.get("XDG_RUNTIME_DIR") or data) / "warmstart"
     return HookPaths(root, data, run, root / "etc")

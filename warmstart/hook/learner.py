@@ -34,7 +34,7 @@ from typing import Optional
 from ..db.connection import open_db
 from ..errors import WarmstartError
 from ..paths import open_private_append
-from . import feedback
+from . import feedback, users
 from .config import HookConfig
 from .layout import HookPaths
 from .signature import needles
@@ -371,6 +371,10 @@ class Learner:
             try:
                 with self.db() as conn:
                     lid, v = feedback.judge(conn, r, stats, self.cfg)
+                    try:
+                        users.record_launch(conn, self.paths, r, lid)
+                    except OSError as e:
+                        _log(f"the view of user {r.get('uid')} not updated: {e}")
             except Exception as e:  # a schedule deleted meanwhile, a locked DB: skip this launch
                 _log(f"feedback for launch of schedule {r.get('schedule_id')} skipped: {e}")
                 continue

@@ -5,11 +5,11 @@ import shutil
 from typing import Optional
 
 from ..errors import WarmstartError
-from . import events, feedback, preload, service
+from . import events, feedback, preload, service, users
 from .config import load_config
 from .entries import build_index
 from .index import read_index, write_index
-from .layout import HookPaths, hook_paths
+from .layout import HookPaths, hook_paths, system_paths
 
 
 def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
@@ -123,4 +123,6 @@ def status(conn=None) -> dict:
         out["sync"] = events.sync(conn, paths)
         out["degraded"] = feedback.degraded(conn, load_config(paths.config if paths.config.exists() else None))
     out["launches"] = events.summary(paths)
+    if os.geteuid() != 0:   # what the system hook does for this user (its own tree is above)
+        out["system"] = users.view(system_paths())
     return out

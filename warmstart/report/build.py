@@ -1,6 +1,7 @@
 """`warmstart report` as a library call: summaries from the DB, then the table, figures, HTML."""
 
 import re
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -63,8 +64,15 @@ def build_report(conn, names: Sequence[str] = (), bench_id: Optional[str] = None
     for s in summaries:
         s["degraded"] = bad.get(s["app"])
     text = table.render(summaries)
+    system = None
+    if os.geteuid() != 0:   # a user's own database says little: what the system hook did for them
+        from ..hook.layout import system_paths
+        from ..hook.users import render, view
+        system = view(system_paths())
+        text += "\n\n" + render(system)
     doc = {"generated_at": time.time(), "filters": {"apps": list(names), "bench_id": bench_id, "disk": disk},
-           "apps": summaries, "table": text, "figures": [], "html": None}
+           "apps": summaries, "table": text, "figures": [], "html": None,
+           **({"system_hook": system} if system is not None else {})}
     if plot_dir or html_file:
         with tempfile.TemporaryDirectory(prefix="warmstart-report-") as tmp:
             target = Path(plot_dir) if plot_dir else Path(tmp)

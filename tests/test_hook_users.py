@@ -1,0 +1,90 @@
+"""A user's own view of the system hook (hook/users.py): the learner writes it as root, the user
+reads it as themselves, another user cannot."""
+
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, require
+from test_privilege import USER_PYTHON
+
+NOW = 1_790_000_000.0
+
+VIEW = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from warmstart.hook.layout import HookPaths
+from warmstart.hook.users import render, view
+r = Path(sys.argv[2])
+v = view(HookPaths(r, r / "var/lib/warmstart", r / "run/warmstart", r / "etc"))
+print(json.dumps({"view": v, "text": render(v)}))
+"""
+
+
+@pytest.fixture
+def tree():
+    require(os.geteuid() == 0, "needs root (to write as the learner and become other users)")
+    top = Path(tempfile.mkdtemp(prefix="ws-users-", dir="/tmp"))
+    os.chmod(top, 0o755)
+    try:
+        yield top
+    finally:
+        shutil.rmtree(top)
+
+
+def _as(user, top):
+    pw = pwd.getpwnam(user)
+    r = subprocess.run([USER_PYTHON, "-S", "-c", VIEW, str(REPO), str(top)], capture_output=True, text=True,
+                       cwd="/", user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_user_sees_their_hooked_launches_and_gain_and_no_one_elses(tree):
+    from warmstart.db import open_db
+    from warmstart.db.launches import insert_launch
+    from warmstart.hook.index import Index, IndexEntry, write_index
+    from warmstart.hook.layout import HookPaths
+    from warmstart.hook.users import record_launch
+    require(os.access(USER_PYTHON, os.X_OK) and os.access(REPO / "warmstart", os.R_OK | os.X_OK),
+            "needs a python3 and a checkout that nobody can read")
+    paths = HookPaths(tree, tree / "var/lib/warmstart", tree / "run/warmstart", tree / "etc")
+    paths.state.mkdir(parents=True, mode=0o755)
+    for d in (tree / "var", tree / "var/lib"):
+        os.chmod(d, 0o755)
+    conn = open_db(paths.state / "warmstart.db")
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', '/usr/bin/mail',"
+                       " '[\"mail\", \"--password=hunter2\"]', ?)", (NOW,)).lastrowid
+    for t in (2.0, 2.4):   # the cold recordings: the reference of the gain
+        conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method,"
+                     " status) VALUES (?, ?, ?, 'exit', 'tracefs', 'drop_caches', 'ok')", (app, NOW, t))
+    write_index(os.fsencode(paths.index), Index([IndexEntry(
+        dev=1, ino=2, size=3, mtime_ns=4, schedule_id=1, exe=b"/usr/bin/mail", schedule=b"/x.wsr", name="mail")]))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    for t in (0.5, 0.6, 0.55):
+        lid = insert_launch(conn, app_id=app, mode="hook", launch_time_s=t, started_at=NOW)
+        record_launch(conn, paths, {"uid": nobody, "outcome": "ready", "held_ms": 40.0}, lid)
+    mine = paths.users / f"{nobody}.jsonl"
+    st = mine.stat()
+    assert st.st_uid == nobody and stat.S_IMODE(st.st_mode) == 0o600
+    assert paths.users.stat().st_uid == 0 and stat.S_IMODE(paths.users.stat().st_mode) == 0o755
+    assert b"hunter2" not in mine.read_bytes()          # no command lines
+
+    seen = _as("nobody", tree)
+    assert seen["view"]["index"] == ["mail"]
+    [a] = seen["view"]["apps"]
+    assert a["app"] == "mail" and a["launches"] == 3 and a["median_s"] == 0.55 and a["cold_s"] == 2.2
+    assert a["gain"] == pytest.approx(1 - 0.55 / 2.2) and "75%" in seen["text"]
+    other = _as("daemon", tree)                          # another user: the public index, none of nobody's
+    assert other["view"]["index"] == ["mail"] and other["view"]["apps"] == []
+    r = subprocess.run([USER_PYTHON, "-S", "-c", f"open({str(mine)!r}).read()"], capture_output=True, text=True,
+                       user="daemon", cwd="/")
+    assert r.returncode != 0 and "PermissionError" in r.stderr, r.stderr

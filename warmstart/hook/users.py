@@ -1,0 +1,109 @@
+"""What the system hook does for each user, kept for that user alone.
+
+The learner (root) appends one line per judged hooked launch to `users/<uid>.jsonl` in the hook's
+state directory: the app's name, when, the exec-to-exit time, the hook's outcome and hold, and
+the app's recorded cold launch time. No command lines and no file names. The file belongs to the
+user (mode 0600) in a directory only root writes, so the user and root read it, nobody else; the
+system database and logs stay root's (docs/security.md). `warmstart hook status` and `warmstart
+report`, run by that user, show it: which of their apps the system hook prefetches, and the gain.
+"""
+
+import json
+import os
+import stat
+import statistics
+import time
+from typing import List, Optional
+
+from ..db import launches as launches_db
+from ..db.recordings import cold_recordings, get_app_by_id
+from ..errors import WarmstartError
+from .index import read_index
+from .layout import HookPaths
+
+MAX_LINES = 2000   # per user: the view keeps the recent launches, not a history of years
+
+
+def _file(paths: HookPaths, uid: int):
+    return paths.users / f"{int(uid)}.jsonl"
+
+
+def record_launch(conn, paths: HookPaths, event: dict, launch_id: int) -> None:
+    """Append the launch the learner just stored (launches row launch_id) to its user's view."""
+    uid = event.get("uid")
+    row = launches_db.get_launch(conn, launch_id)
+    if uid is None or row is None or row.get("app_id") is None:
+        return
+    app = get_app_by_id(conn, row["app_id"])
+    cold = [r["launch_time_s"] for r in cold_recordings(conn, [app["name"]]) if r["launch_time_s"]]
+    line = {"t": row["started_at"] or time.time(), "app": app["name"], "launch_s": row["launch_time_s"],
+            "outcome": event.get("outcome"), "held_ms": event.get("held_ms"),
+            "cold_s": statistics.median(cold) if cold else None}
+    paths.users.mkdir(mode=0o755, exist_ok=True)
+    path = _file(paths, uid)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return
+        if st.st_uid != uid or st.st_mode & 0o077:
+            os.fchown(fd, uid, -1)
+            os.fchmod(fd, 0o600)
+        if st.st_size > MAX_LINES * 400:   # keep the newer half
+            with os.fdopen(os.dup(fd), "r+b") as f:
+                lines = f.read().splitlines(keepends=True)
+                f.seek(0)
+                f.truncate()
+                f.writelines(lines[len(lines) // 2:])
+        os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def view(paths: HookPaths, uid: Optional[int] = None) -> dict:
+    """For one user (default: the caller): the apps the system hook prefetches (its index is
+    public: the shim reads it) and, per app they launched, launches, median time, recorded cold
+    time and gain."""
+    uid = os.getuid() if uid is None else uid
+    out = {"index": None, "apps": []}
+    try:
+        out["index"] = sorted({e.name for e in read_index(os.fsencode(paths.index)).entries})
+    except (OSError, WarmstartError):   # no system hook, or an index we cannot trust
+        out["index"] = None
+    rows: List[dict] = []
+    try:
+        with open(_file(paths, uid), "rb") as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    for app in sorted({r.get("app") for r in rows if r.get("app")}):
+        mine = [r for r in rows if r.get("app") == app and r.get("launch_s")]
+        if not mine:
+            continue
+        med = statistics.median(r["launch_s"] for r in mine)
+        cold = mine[-1].get("cold_s")
+        out["apps"].append({"app": app, "launches": len(mine), "median_s": med, "cold_s": cold,
+                            "gain": (1 - med / cold) if cold else None,
+                            "last": mine[-1].get("outcome"), "last_at": mine[-1].get("t")})
+    return out
+
+
+def render(v: dict) -> str:
+    """The view as text for `hook status` and `report`."""
+    if v["index"] is None and not v["apps"]:
+        return "system hook: none installed (or not readable here)"
+    lines = [f"system hook: prefetches {len(v['index'] or [])} app(s)"
+             + (f": {', '.join(v['index'][:8])}{' ...' if len(v['index']) > 8 else ''}" if v["index"] else "")]
+    if v["apps"]:
+        lines.append("your hooked launches:  app  launches  median s  cold s  gain  last")
+        for a in v["apps"]:
+            cold = f"{a['cold_s']:.3f}" if a["cold_s"] else "-"
+            gain = f"{100 * a['gain']:.0f}%" if a["gain"] is not None else "-"
+            lines.append(f"  {a['app']}  {a['launches']}  {a['median_s']:.3f}  {cold}  {gain}  {a['last']}")
+    else:
+        lines.append("your hooked launches: none yet")
+    return "\n".join(lines)
