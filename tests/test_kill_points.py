@@ -134,3 +134,59 @@ def test_a_full_disk_during_record_and_analyze_gives_one_clear_error(tmp_path):
         assert r["schedule_id"]
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def _kill_at(env, db, args, span, points, start=0.0):
+    """Run `warmstart ARGS` `points` times, SIGKILLed at moments spread evenly over its span from
+    `start` (a fraction: past the interpreter's start-up); the exit codes (0: finished first)."""
+    codes = []
+    for k in range(points):
+        p = subprocess.Popen([sys.executable, "-m", "warmstart", "--db", str(db), *args],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
+        time.sleep(span * (start + (1 - start) * (k + 0.5) / points))
+        p.send_signal(signal.SIGKILL)
+        codes.append(p.wait())
+    return codes
+
+
+def test_sigkill_at_twenty_points_of_record_and_import(tmp_path, capsys):
+    """record (tracing a launch) and import (a portable schedule) SIGKILLed at 10 points each: no
+    recording without its requests, the database intact, one complete active schedule; the next
+    record removes the tracefs instances the killed ones left."""
+    from warmstart.recorder.tracefs import PREFIX, tracefs_root
+    require(have_tracefs(), "needs root and tracefs")
+    db, root = tmp_path / "w.db", tmp_path / "hookroot"
+    state = root / "var/lib/warmstart"
+    env = dict(os.environ, WARMSTART_HOOK_ROOT=str(root), PYTHONPATH=str(REPO))
+    app = "killrec"
+    argv = [sys.executable, "-c", "import json, decimal, email.mime.text, xml.dom.minidom"]
+    _ws(env, db, "record", "--name", app, "--", *argv)
+    _ws(env, db, "analyze", app)
+    _ws(env, db, "hook", "refresh")
+    wsched = tmp_path / "app.wsched"
+    _ws(env, db, "export", app, "-o", str(wsched))
+    spans = {}
+    for what, args in (("record", ["record", "--name", app, "--", *argv]), ("import", ["import", str(wsched)])):
+        t = time.monotonic()
+        _ws(env, db, *args)
+        spans[what] = time.monotonic() - t
+    _check(db, state, app)
+    codes = {}
+    for what, args, start in (("record", ["record", "--name", app, "--", *argv], 0.0),
+                              ("import", ["import", str(wsched)], 0.3)):   # much of import is start-up
+        codes[what] = _kill_at(env, db, args, spans[what], KILL_POINTS // 2, start)
+        _check(db, state, app)
+        conn = sqlite3.connect(db)
+        empty = conn.execute("SELECT count(*) FROM recordings r WHERE NOT EXISTS"
+                             " (SELECT 1 FROM block_requests b WHERE b.recording_id = r.id)").fetchone()[0]
+        conn.close()
+        assert empty == 0, f"{empty} recordings without requests after killed {what}s"
+    with capsys.disabled():
+        print(f"\nrecord ({spans['record']:.2f} s) and import ({spans['import']:.2f} s) killed at "
+              f"{KILL_POINTS // 2} points each; finished before the kill: "
+              f"{ {w: c.count(0) for w, c in codes.items()} }")
+    _ws(env, db, "record", "--name", app, "--", *argv)
+    inst = tracefs_root() / "instances"
+    left = [n for n in os.listdir(inst) if n.startswith(PREFIX)
+            and not os.path.exists(f"/proc/{n[len(PREFIX):].split('-', 1)[0]}")]
+    assert left == [], f"tracefs instances of killed recorders still there: {left}"
