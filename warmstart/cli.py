@@ -7,7 +7,7 @@ import sys
 import click
 
 from .db import connection, open_db
-from .errors import WarmstartError, as_user_error
+from .errors import as_user_error
 
 
 class Context:
@@ -94,9 +94,6 @@ def run_click(group, prog: str) -> None:
     """Run a click group as a program: user errors become one line on stderr, never a traceback."""
     try:
         group.main(standalone_mode=False, prog_name=prog)
-    except WarmstartError as e:
-        click.echo(f"{prog}: {e}", err=True)
-        sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo(f"{prog}: interrupted", err=True)
         sys.exit(130)

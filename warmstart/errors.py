@@ -23,10 +23,12 @@ def _no_space(path) -> bool:
 
 
 def as_user_error(e: BaseException, db_path=None) -> Optional[WarmstartError]:
-    """A failure of the machine the user can fix, as a WarmstartError (None for anything else):
-    a full file system, met by SQLite (which then rolls back: no half-written rows; it reports a
+    """What the user is told of e, as a WarmstartError (None: a bug, shown as a traceback): e
+    itself, or a failure of the machine the user can fix: a full file system, met by SQLite (which then rolls back: no half-written rows; it reports a
     full disk as SQLITE_FULL, or as an I/O error when its -shm file cannot grow: then the free
     space of db_path's file system decides) or by a file write."""
+    if isinstance(e, WarmstartError):
+        return e
     code = getattr(e, "sqlite_errorcode", None)
     if code == SQLITE_FULL or (code is not None and code & 0xFF == SQLITE_IOERR and db_path
                                and _no_space(db_path)):

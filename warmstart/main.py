@@ -10,7 +10,7 @@ options included, goes through the CLI (cli.py).
 import os
 import sys
 
-from .errors import WarmstartError, as_user_error
+from .errors import as_user_error
 
 PROG = "warmstart"
 
@@ -40,7 +40,7 @@ def main():
     try:
         status = execute(lambda: open_db(os.environ.get("WARMSTART_DB") or None), cmd)
     except Exception as e:
-        user = e if isinstance(e, WarmstartError) else as_user_error(e, connection.last_opened)
+        user = as_user_error(e, connection.last_opened)
         if user is None:
             raise
         sys.stderr.write(f"{PROG}: {user}\n")

@@ -33,7 +33,7 @@ def helper_binary(name: str) -> Path:
     return path
 
 
-PRIVATE_MODE = 0o600   # logs and event records name users' programs, files and command lines
+PRIVATE_MODE = 0o600   # the database, logs and event records name users' programs, files and command lines
 
 
 def open_private_append(path, text: bool = False):

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..errors import WarmstartError, as_user_error
-from ..paths import default_db_path
+from ..paths import PRIVATE_MODE, default_db_path
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
@@ -55,7 +55,7 @@ def _split_sql(script: str):
 
 last_opened: Optional[Path] = None   # the database this process opened last (for error messages)
 
-PRIVATE_MODE = 0o600  # the database holds command lines and the paths of every file a launch read
+# PRIVATE_MODE (paths.py): the database holds command lines and the paths of every file a launch read
 
 
 def _create_private(path: Path) -> None:

@@ -18,6 +18,7 @@ from typing import List, Optional
 from ..db import launches as launches_db
 from ..db.recordings import cold_recordings, get_app_by_id
 from ..errors import WarmstartError
+from ..paths import PRIVATE_MODE
 from .index import read_index
 from .layout import HookPaths
 
@@ -41,14 +42,14 @@ def record_launch(conn, paths: HookPaths, event: dict, launch_id: int) -> None:
             "cold_s": statistics.median(cold) if cold else None}
     paths.users.mkdir(mode=0o755, exist_ok=True)
     path = _file(paths, uid)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_MODE)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return
         if st.st_uid != uid or st.st_mode & 0o077:
             os.fchown(fd, uid, -1)
-            os.fchmod(fd, 0o600)
+            os.fchmod(fd, PRIVATE_MODE)
         if st.st_size > MAX_LINES * 400:   # keep the newer half
             with os.fdopen(os.dup(fd), "r+b") as f:
                 lines = f.read().splitlines(keepends=True)
