@@ -51,6 +51,21 @@ def _check(db, state, app):
     return sid
 
 
+def _kill_at(env, db, args, span, points, after, start=0.0):
+    """Run `warmstart ARGS` `points` times, SIGKILLed at moments spread evenly over its span from
+    `start` (a fraction: past the interpreter's start-up), calling after(exit code) once each has
+    died (0: it finished first); the exit codes."""
+    codes = []
+    for k in range(points):
+        p = subprocess.Popen([sys.executable, "-m", "warmstart", "--db", str(db), *args],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
+        time.sleep(span * (start + (1 - start) * (k + 0.5) / points))
+        p.send_signal(signal.SIGKILL)
+        codes.append(p.wait())
+        after(codes[-1])
+    return codes
+
+
 def test_sigkill_at_twenty_points_of_analyze_and_index_refresh(tmp_path, capsys):
     require(have_tracefs(), "needs root and tracefs (to record the app once)")
     db, root = tmp_path / "w.db", tmp_path / "hookroot"
@@ -65,17 +80,14 @@ def test_sigkill_at_twenty_points_of_analyze_and_index_refresh(tmp_path, capsys)
     t = time.monotonic()
     _ws(env, db, "analyze", app)                    # how long an uninterrupted one takes
     span = time.monotonic() - t
-    before, outcomes = _check(db, state, app), []
-    assert before != first
-    for k in range(KILL_POINTS):
-        p = subprocess.Popen([sys.executable, "-m", "warmstart", "--db", str(db), "analyze", app],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
-        time.sleep(span * (k + 0.5) / KILL_POINTS)
-        p.send_signal(signal.SIGKILL)
-        rc = p.wait()
-        after = _check(db, state, app)
-        outcomes.append("finished" if rc == 0 else "kept" if after == before else "new")
-        before = after
+    active, outcomes = [_check(db, state, app)], []
+    assert active[0] != first
+
+    def classify(rc):
+        now = _check(db, state, app)
+        outcomes.append("finished" if rc == 0 else "kept" if now == active[-1] else "new")
+        active.append(now)
+    _kill_at(env, db, ["analyze", app], span, KILL_POINTS, classify)
     with capsys.disabled():
         print(f"\nanalyze+refresh ({span:.2f} s) killed at {KILL_POINTS} points: "
               f"{ {o: outcomes.count(o) for o in set(outcomes)} } (kept: the previous schedule stayed "
@@ -136,19 +148,6 @@ def test_a_full_disk_during_record_and_analyze_gives_one_clear_error(tmp_path):
         subprocess.run(["umount", "-l", str(small)], check=False)
 
 
-def _kill_at(env, db, args, span, points, start=0.0):
-    """Run `warmstart ARGS` `points` times, SIGKILLed at moments spread evenly over its span from
-    `start` (a fraction: past the interpreter's start-up); the exit codes (0: finished first)."""
-    codes = []
-    for k in range(points):
-        p = subprocess.Popen([sys.executable, "-m", "warmstart", "--db", str(db), *args],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
-        time.sleep(span * (start + (1 - start) * (k + 0.5) / points))
-        p.send_signal(signal.SIGKILL)
-        codes.append(p.wait())
-    return codes
-
-
 def test_sigkill_at_twenty_points_of_record_and_import(tmp_path, capsys):
     """record (tracing a launch) and import (a portable schedule) SIGKILLed at 10 points each: no
     recording without its requests, the database intact, one complete active schedule; the next
@@ -174,13 +173,14 @@ def test_sigkill_at_twenty_points_of_record_and_import(tmp_path, capsys):
     codes = {}
     for what, args, start in (("record", ["record", "--name", app, "--", *argv], 0.0),
                               ("import", ["import", str(wsched)], 0.3)):   # much of import is start-up
-        codes[what] = _kill_at(env, db, args, spans[what], KILL_POINTS // 2, start)
-        _check(db, state, app)
-        conn = sqlite3.connect(db)
-        empty = conn.execute("SELECT count(*) FROM recordings r WHERE NOT EXISTS"
-                             " (SELECT 1 FROM block_requests b WHERE b.recording_id = r.id)").fetchone()[0]
-        conn.close()
-        assert empty == 0, f"{empty} recordings without requests after killed {what}s"
+        def consistent(rc, what=what):
+            _check(db, state, app)
+            conn = sqlite3.connect(db)
+            empty = conn.execute("SELECT count(*) FROM recordings r WHERE NOT EXISTS"
+                                 " (SELECT 1 FROM block_requests b WHERE b.recording_id = r.id)").fetchone()[0]
+            conn.close()
+            assert empty == 0, f"{empty} recordings without requests after a killed {what}"
+        codes[what] = _kill_at(env, db, args, spans[what], KILL_POINTS // 2, consistent, start)
     with capsys.disabled():
         print(f"\nrecord ({spans['record']:.2f} s) and import ({spans['import']:.2f} s) killed at "
               f"{KILL_POINTS // 2} points each; finished before the kill: "
