@@ -18,7 +18,7 @@ from warmstart.hook.config import load_config
 from warmstart.hook.entries import hold_ms_for
 from warmstart.hook.config import HookConfig
 from warmstart.hook.index import HOLD_CAP_MS, Index, IndexEntry, decode, encode, fnv1a64
-from warmstart.hook.signature import needles
+from warmstart.signature import needles
 
 
 def entry(dev, ino, sid, needles=(), **kw):

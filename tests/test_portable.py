@@ -96,7 +96,7 @@ def exported(tmp_path):
     require(src_root.mkdir() is None and _fiemap_ok(src_root), "tmp_path has no FIEMAP")
     files = make_tree(src_root, NAMES)
     conn = open_db(tmp_path / "src.db")
-    make_app(conn, "demo", ["/bin/true", os.fsdecode(files[b"bin/app"])])
+    make_app(conn, "demo", ["python3", os.fsdecode(files[b"bin/app"])])  # the script: its signature
     sfs = {n: scheduled_file(p) for n, p in files.items()}
     seg1 = [file_range(sfs[n], 0, 16 * KIB) for n in NAMES[:4]]
     seg2 = [file_range(sfs[n], 4 * KIB, 12 * KIB) for n in NAMES[3:]] + [file_range(sfs[b"lib/a.so"], 16 * KIB, 8 * KIB)]

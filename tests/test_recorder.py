@@ -330,7 +330,7 @@ def test_non_utf8_file_names_round_trip(emu_hdd, synth, tmp_path, needs_tracefs)
     paths = [f.path for f in store.load_recording_files(conn, rid)]
     assert name in paths
     app = store.get_app(conn, "bytes")
-    assert store.argv_of(app)[1] == b"read:" + name + b":0:65536"
+    assert store.argv_of(app) == [os.fsencode(synth)]   # not an interpreter: its arguments are not kept
 
 
 def test_cli_record_json(emu_hdd, synth, tmp_path, needs_tracefs):

@@ -24,14 +24,20 @@ def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
 
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
-    for number, (name, sql) in enumerate(MIGRATIONS, start=1):
+    for number, (name, step) in enumerate(MIGRATIONS, start=1):
         if number <= version:
             continue
+        rewrites = callable(step)
+        if rewrites:   # rows rewritten to remove data: no copy of the old text in freed pages
+            conn.execute("PRAGMA secure_delete = ON")
         # executescript would commit on its own; run statement by statement inside one transaction.
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _split_sql(sql):
-                conn.execute(statement)
+            if rewrites:
+                step(conn)
+            else:
+                for statement in _split_sql(step):
+                    conn.execute(statement)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {number}")
             conn.execute("COMMIT")
@@ -39,6 +45,9 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             if conn.in_transaction:   # SQLite ends it itself on some errors (a full disk)
                 conn.execute("ROLLBACK")
             raise
+        if rewrites:   # ... nor in the write-ahead log
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("PRAGMA secure_delete = OFF")
 
 
 def _split_sql(script: str):

@@ -11,13 +11,15 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from ..errors import WarmstartError
+from ..signature import signature_argv
 from ..recorder.model import BlockRequest, FileInfo, PageAdd, Process, Recording, UsedRun
 from .connection import transaction
 
 
-def _argv_json(argv: Sequence) -> str:
-    # non-UTF-8 arguments survive as surrogateescape'd str (os.fsencode gives the bytes back)
-    return json.dumps([os.fsdecode(a) for a in argv])
+def _argv_json(executable: bytes, argv: Sequence) -> str:
+    """The command line as stored: its signature only (signature.py), never the other arguments.
+    Non-UTF-8 arguments survive as surrogateescape'd str (os.fsencode gives the bytes back)."""
+    return json.dumps([os.fsdecode(a) for a in signature_argv(executable, argv)])
 
 
 def argv_of(app_row) -> List[bytes]:
@@ -34,12 +36,21 @@ def get_app_by_id(conn: sqlite3.Connection, app_id: int) -> Optional[sqlite3.Row
     return conn.execute("SELECT * FROM apps WHERE id = ?", (app_id,)).fetchone()
 
 
+def find_app_by_signature(conn: sqlite3.Connection, executable: bytes, signature: Sequence[bytes]):
+    """The first app recorded with this executable and command-line signature (as dict), or None."""
+    want = [os.fsencode(a) for a in signature[1:]]
+    for row in conn.execute("SELECT * FROM apps WHERE executable = ? ORDER BY id", (executable,)):
+        if argv_of(row)[1:] == want:
+            return dict(row)
+    return None
+
+
 def list_apps(conn: sqlite3.Connection) -> List[sqlite3.Row]:
     return conn.execute("SELECT * FROM apps ORDER BY name").fetchall()
 
 
 def upsert_app(conn: sqlite3.Connection, name: str, executable: bytes, argv: Sequence) -> int:
-    """Create the app or refresh its command and executable identity; returns its id.
+    """Create the app or refresh its command signature and executable identity; returns its id.
     Call inside a transaction (insert_recording does)."""
     try:
         st = os.stat(executable)
@@ -51,10 +62,10 @@ def upsert_app(conn: sqlite3.Connection, name: str, executable: bytes, argv: Seq
         cur = conn.execute(
             "INSERT INTO apps (name, executable, argv_json, exe_dev, exe_ino, exe_size, exe_mtime_ns, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (name, executable, _argv_json(argv), *ident, time.time()))
+            (name, executable, _argv_json(executable, argv), *ident, time.time()))
         return cur.lastrowid
     conn.execute("UPDATE apps SET executable = ?, argv_json = ?, exe_dev = ?, exe_ino = ?, exe_size = ?,"
-                 " exe_mtime_ns = ? WHERE id = ?", (executable, _argv_json(argv), *ident, row["id"]))
+                 " exe_mtime_ns = ? WHERE id = ?", (executable, _argv_json(executable, argv), *ident, row["id"]))
     return row["id"]
 
 

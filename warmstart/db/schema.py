@@ -1,7 +1,8 @@
 """The SQL schema of the warmstart database: the only module that creates or alters tables.
 
 Migrations are named and applied in order, each in one transaction together with its record
-(PRAGMA user_version = its number), so a crash leaves either the old or the new schema.
+(PRAGMA user_version = its number), so a crash leaves either the old or the new schema. A
+migration is SQL, or a function of the connection where rows must be rewritten in Python.
 
 Conventions used by every table:
 - paths are BLOBs (file names are bytes on Linux; non-UTF-8 names must round-trip);
@@ -12,8 +13,24 @@ Conventions used by every table:
   timestamps are unix seconds (`*_at`, REAL); durations in seconds are `*_s` (REAL).
 """
 
+import json
+import os
+
 # The application_id PRAGMA marks a file as ours ("WRMS"); a foreign SQLite file is refused.
 APPLICATION_ID = 0x57524D53
+
+
+def _redact_command_lines(conn) -> None:
+    """Databases written before it kept every recorded argument: keep the signature only
+    (signature.py). connection._migrate runs this with secure_delete on, so the old text does not
+    stay in freed pages, and truncates the WAL afterwards."""
+    from ..signature import signature_argv
+    for app_id, exe, argv_json in conn.execute("SELECT id, executable, argv_json FROM apps").fetchall():
+        argv = [os.fsencode(a) for a in json.loads(argv_json)]
+        kept = json.dumps([os.fsdecode(a) for a in signature_argv(bytes(exe), argv)])
+        if kept != argv_json:
+            conn.execute("UPDATE apps SET argv_json = ? WHERE id = ?", (kept, app_id))
+
 
 MIGRATIONS = [
     ("initial", """
@@ -258,6 +275,8 @@ CREATE TABLE sorted_passes (
 );
 CREATE INDEX sorted_passes_app ON sorted_passes(app_id, disk);
 """),
+    # A recorded command line is kept only as far as the app's signature needs it (issue 17).
+    ("command lines redacted", _redact_command_lines),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -17,7 +17,7 @@ from ..replay.export import write_export
 from .config import HookConfig
 from .index import Index, IndexEntry
 from .layout import HookPaths
-from .signature import needles, unwrap_launcher
+from ..signature import is_wrapper, needles, unwrap_launcher
 
 
 @dataclass
@@ -50,7 +50,7 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
         ident = (app["exe_dev"], app["exe_ino"], app["exe_size"] or 0, app["exe_mtime_ns"] or 0)
         wrapped = unwrap_launcher(argv)
         launcher = None
-        if not wrapped and argv and os.path.basename(argv[0]) in (b"env", b"chroot"):
+        if not wrapped and is_wrapper(argv):
             # hooking env or chroot itself would replay this app on every use of them
             skipped.append(Skipped(name, "launched through env/chroot whose target is missing "
                                          "(is the chroot's disk mounted?)"))

@@ -37,7 +37,7 @@ from ..paths import open_private_append
 from . import feedback, users
 from .config import HookConfig
 from .layout import HookPaths
-from .signature import needles
+from ..signature import needles
 
 MAX_REQUEST = 16384
 

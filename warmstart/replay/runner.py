@@ -5,7 +5,6 @@ replayer starts (the pre-buffer is part of what the user waits for) to the launc
 launching.py detects.
 """
 
-import json
 import os
 import tempfile
 import time
@@ -13,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from ..db import launches
+from ..db.recordings import find_app_by_signature, get_app
 from ..db.schedules import load_active_schedule
 from ..errors import WarmstartError
 from ..launching import Until, launch, resolve_command
+from ..signature import signature_argv
 from .export import write_export
 from .pageuse import UseTracer
 from .process import DEFAULT_ENGINE, MODES, ReplayProcess
@@ -44,19 +45,17 @@ class LaunchOutcome:
 
 
 def find_app(conn, argv: Sequence[str], name: Optional[str] = None) -> Optional[dict]:
-    """The apps row for --name, else the one whose executable and arguments match argv."""
+    """The apps row for --name, else the first recorded with argv's executable and signature
+    (signature.py: two command lines that differ only in other arguments are one app, to `run`
+    as to the hook)."""
     if name is not None:
-        row = conn.execute("SELECT * FROM apps WHERE name = ?", (name,)).fetchone()
+        row = get_app(conn, name)
         if row is None:
             raise WarmstartError(f"no app named {name!r}: record it with "
                                  f"`warmstart record --name {name} -- CMD`, or drop --name")
         return dict(row)
     exe = resolve_command(argv)
-    for row in conn.execute("SELECT * FROM apps WHERE executable = ? ORDER BY id", (exe,)):
-        stored = json.loads(row["argv_json"])
-        if [os.fsencode(a) for a in stored[1:]] == [os.fsencode(a) for a in argv[1:]]:
-            return dict(row)
-    return None
+    return find_app_by_signature(conn, exe, signature_argv(exe, argv))
 
 
 def run_launch(conn, argv: Sequence[str], mode: str = "segmented", until: Until = Until("exit"), *,

@@ -1,15 +1,19 @@
-"""Launch signatures: how an interpreter-run app is told apart from other uses of its interpreter.
+"""Launch signatures: what tells one app's launches apart, and all of its command line we keep.
 
 `python3 app.py`, `node app.js`, `java -jar x.jar` share their executable with every other
 script, so the index entry also carries "needles": the recorded arguments up to and including
 the first one that names the program (the script, the -c/-e code, the -m module, the jar).
 warmstartd reads the exec's argv from the blocked execve (see docs/hook.md) and requires the
 needles to appear in it in order. Other executables match on their identity alone.
+
+The database stores a launch's command line only as far as this signature needs it
+(`signature_argv`): argv[0] and the needles, so the arguments a user gave a program (file names,
+passwords passed as options) are never written anywhere (docs/security.md).
 """
 
 import os
 import re
-from typing import Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 INTERPRETER = re.compile(rb"^(python[0-9.]*|pypy[0-9.]*|node|nodejs|deno|bun|java|perl[0-9.]*|ruby[0-9.]*|"
                          rb"php[0-9.]*|lua[0-9.]*|Rscript|bash|sh|dash|zsh|ksh|tclsh[0-9.]*|wish[0-9.]*)$")
@@ -99,17 +103,14 @@ def resolve_in_root(root: bytes, path: bytes, limit: int = 40) -> bytes:
     return root + (done or b"/")
 
 
-def unwrap_launcher(argv: Sequence[bytes]):
-    """(host path of the executable, argv as exec'd) for `[env ...] chroot ROOT CMD ...`; None for
-    any other command. Only these two wrappers are understood: they are what the emulated disk and
-    most container-less sandboxes use."""
-    path = CHROOT_PATH
-    i = 0
+def _launcher_split(argv: Sequence[bytes]) -> Optional[Tuple[Optional[bytes], int, int]]:
+    """For `[env ...] chroot [--option ...] ROOT CMD ...`: (the PATH env sets or None, the index of
+    chroot, the index of ROOT); None for any other command."""
+    path, i = None, 0
     if argv and os.path.basename(argv[0]) == b"env":
-        env_path, i = _env_split(argv)
+        path, i = _env_split(argv)
         if i is None:
             return None
-        path = env_path or path
     if i >= len(argv) or os.path.basename(argv[i]) != b"chroot":
         return None
     j = i + 1
@@ -117,6 +118,18 @@ def unwrap_launcher(argv: Sequence[bytes]):
         j += 1
     if j + 1 >= len(argv):
         return None
+    return path, i, j
+
+
+def unwrap_launcher(argv: Sequence[bytes]):
+    """(host path of the executable, argv as exec'd) for `[env ...] chroot ROOT CMD ...`; None for
+    any other command. Only these two wrappers are understood: they are what the emulated disk and
+    most container-less sandboxes use."""
+    split = _launcher_split(argv)
+    if split is None:
+        return None
+    env_path, _, j = split
+    path = env_path or CHROOT_PATH
     root = os.path.realpath(argv[j]).rstrip(b"/")
     inner = list(argv[j + 1:])
     cmd = inner[0]
@@ -131,3 +144,29 @@ def unwrap_launcher(argv: Sequence[bytes]):
         if os.path.isfile(host) and os.access(host, os.X_OK):
             return host, inner
     return None
+
+
+WRAPPERS = (b"env", b"chroot")
+
+
+def is_wrapper(argv: Sequence[bytes]) -> bool:
+    return bool(argv) and os.path.basename(argv[0]) in WRAPPERS
+
+
+def signature_argv(executable: bytes, argv: Sequence[bytes]) -> List[bytes]:
+    """The part of a command line the database keeps: argv[0] and the needles. For `[env ...]
+    chroot ROOT CMD ...` the wrapper's own words too (its options, PATH=, chroot's options and
+    ROOT: the launcher entry and unwrap_launcher need them) but none of env's other assignments,
+    then CMD and CMD's needles. A wrapper this module cannot read keeps argv[0] only (the hook
+    does not hook it; docs/hook.md). Applying it twice changes nothing."""
+    argv = [os.fsencode(a) for a in argv]
+    if not argv:
+        return []
+    split = _launcher_split(argv)
+    if split is None:
+        return argv[:1] if is_wrapper(argv) else [argv[0], *needles(executable, argv)]
+    _, i, j = split
+    kept = [w for k, w in enumerate(argv[:j + 1])
+            if not (0 < k < i and b"=" in w and not w.startswith((b"-", b"PATH=")))]
+    inner = argv[j + 1:]
+    return kept + [inner[0], *needles(inner[0], inner)]
