@@ -235,3 +235,30 @@ def test_history_marks_the_launches_the_feedback_judged_bad(db_path, tmp_path):
     conn.execute("DELETE FROM launches WHERE mode = 'hook'")
     run(db_path, "--plot", str(tmp_path / "figs2"))
     assert "judged the launch bad" not in (tmp_path / "figs2" / "history.svg").read_text()  # only when some were
+
+
+def test_history_marks_stale_schedules_and_degraded_apps(db_path, tmp_path):
+    from warmstart.db.schedules import mark_stale, stale_marks
+    from warmstart.hook.config import HookConfig
+    from warmstart.hook.feedback import judge
+    conn = open_db(db_path)
+    ids = fill(conn)
+    sid = conn.execute("SELECT id FROM schedules WHERE app_id = ?", (ids["gcc"],)).fetchone()[0]
+    run(db_path, "--plot", str(tmp_path / "before"))
+    svg = (tmp_path / "before" / "history.svg").read_text()
+    assert "went stale" not in svg and "degraded from here" not in svg
+    # learn = off: three bad verdicts in a row (hit ratio 10%) make the app degraded, still prefetched
+    mib = 1 << 20
+    stats = {"bytes_scheduled": 10 * mib, "bytes_fetched": 10 * mib, "bytes_resident": 0,
+             "exit": {"asked": True, "exited": True, "t_measured": 2.0, "files_checked": 3,
+                      "scheduled_resident_bytes": 6 * mib, "missed_bytes": 54 * mib}}
+    verdicts = [judge(conn, {"schedule_id": sid, "t_exec": 1.0}, stats, HookConfig(learn="off"))[1]
+                for _ in range(3)]
+    assert [v["action"] for v in verdicts] == [None, None, "degraded"], verdicts
+    mark_stale(conn, sid, reason="a scheduled file changed (warmstartd)", at=NOW - 30)
+    mark_stale(conn, sid, reason="later: kept the first", at=NOW)
+    assert stale_marks(conn, "gcc") == [(NOW - 30, "a scheduled file changed (warmstartd)")]
+    run(db_path, "--plot", str(tmp_path / "after"))
+    svg = (tmp_path / "after" / "history.svg").read_text()
+    assert "went stale (not prefetched until re-learned)" in svg and "dotted: its schedule went stale" in svg
+    assert "degraded from here (kept)" in svg and "diamond: shown degraded, still prefetched" in svg

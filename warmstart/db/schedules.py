@@ -10,7 +10,7 @@ import json
 import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import WarmstartError
 from .connection import transaction
@@ -208,8 +208,23 @@ def activate_schedule(conn: sqlite3.Connection, app_name: str, schedule_id: int)
                  (schedule_id, app_name))
 
 
-def mark_stale(conn: sqlite3.Connection, schedule_id: int, stale: bool = True) -> None:
-    conn.execute("UPDATE schedules SET stale = ? WHERE id = ?", (int(stale), schedule_id))
+def mark_stale(conn: sqlite3.Connection, schedule_id: int, stale: bool = True, reason: Optional[str] = None,
+               at: Optional[float] = None) -> None:
+    """Mark a schedule stale (or fresh again); the first marking keeps when (`at`, default now) and why."""
+    if stale:
+        conn.execute("UPDATE schedules SET stale = 1, stale_at = coalesce(stale_at, ?),"
+                     " stale_reason = coalesce(stale_reason, ?) WHERE id = ?",
+                     (time.time() if at is None else at, reason, schedule_id))
+    else:
+        conn.execute("UPDATE schedules SET stale = 0, stale_at = NULL, stale_reason = NULL WHERE id = ?",
+                     (schedule_id,))
+
+
+def stale_marks(conn: sqlite3.Connection, app: str) -> List[Tuple[float, str]]:
+    """(when, why) each of the app's schedules went stale, oldest first."""
+    return [(r[0], r[1] or "stale") for r in conn.execute(
+        "SELECT s.stale_at, s.stale_reason FROM schedules s JOIN apps a ON a.id = s.app_id"
+        " WHERE a.name = ? AND s.stale_at IS NOT NULL ORDER BY s.stale_at", (app,))]
 
 
 def delete_schedules(conn: sqlite3.Connection, ids: Sequence[int]) -> None:

@@ -277,6 +277,12 @@ CREATE INDEX sorted_passes_app ON sorted_passes(app_id, disk);
 """),
     # A recorded command line is kept only as far as the app's signature needs it (issue 17).
     ("command lines redacted", _redact_command_lines),
+    # When and why a schedule went stale (the hook's feedback, or its files changed): the report's
+    # history marks it. NULL for schedules marked before this column or never stale.
+    ("stale since", """
+ALTER TABLE schedules ADD COLUMN stale_at REAL;
+ALTER TABLE schedules ADD COLUMN stale_reason TEXT;
+"""),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

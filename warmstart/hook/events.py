@@ -43,9 +43,15 @@ def read_new(paths: HookPaths):
 
 def sync(conn, paths: HookPaths) -> Dict[str, int]:
     records, offset = read_new(paths)
-    stale = {r["schedule_id"] for r in records if r.get("event") == "stale"}
-    for sid in stale:
-        mark_stale(conn, sid)
+    stale = {}
+    for r in records:
+        if r.get("event") == "stale":
+            stale.setdefault(r["schedule_id"], r)
+    for sid, r in stale.items():
+        # the daemon's clock is CLOCK_MONOTONIC
+        at = time.time() - max(0.0, time.monotonic() - r["t"]) if isinstance(r.get("t"), (int, float)) else None
+        what = {"missing": "is missing"}.get(r.get("reason"), r.get("reason") or "changed")
+        mark_stale(conn, sid, reason=f"a scheduled file {what} (warmstartd)", at=at)
     outcomes = Counter(r.get("outcome") for r in records if r.get("event") == "launch")
     if records:
         paths.events_offset.write_text(str(offset))

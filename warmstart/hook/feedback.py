@@ -110,7 +110,8 @@ def judge(conn, event: dict, stats: Optional[dict], cfg) -> Tuple[int, dict]:
         prefetched_used_bytes=verdict.get("scheduled_resident_bytes") if verdict["judged"] else None,
         details={"hook_event": event, "replay": stats, "feedback": verdict})
     if verdict["action"] == "relearn":
-        mark_stale(conn, sid)  # leaves the index at the next refresh; learn=auto re-records it
+        # leaves the index at the next refresh; learn=auto re-records it
+        mark_stale(conn, sid, reason=f"{verdict['bad_streak']} bad verdicts in a row (feedback)")
     return lid, verdict
 
 

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..db.schedules import stale_marks
 from ..errors import WarmstartError
 from . import figures, html, summary, table, timeline
 
@@ -34,8 +35,10 @@ def make_figures(conn, launches: list, summaries: list, plot_dir: Path, progress
         if progress:
             progress()
     apps = sorted({r["app"] for r in launches})
-    add("Figure: launch time history per app; dashed lines mark (re-)recordings",
-        figures.history(launches, timeline.recordings_by_app(conn, apps), plot_dir / "history"))
+    add("Figure: launch time history per app; dashed lines mark (re-)recordings, dotted lines stale "
+        "schedules, x bad feedback verdicts, diamonds launches after which the app was shown degraded",
+        figures.history(launches, timeline.recordings_by_app(conn, apps),
+                        {app: stale_marks(conn, app) for app in apps}, plot_dir / "history"))
     return out
 
 

@@ -4,7 +4,8 @@
    bound marked (paper Fig. 3).
 2. timeline(): CPU and disk usage and each request's LBA over a launch, cold vs prefetched,
    segment boundaries marked (paper Fig. 4).
-3. history(): launch time over days per app, re-recordings and bad feedback verdicts marked.
+3. history(): launch time over days per app; re-recordings, stale schedules, bad feedback verdicts
+   and degraded apps marked.
 
 Grayscale-readable: methods differ by hatch and gray level, series by line style and marker,
 never by colour alone.
@@ -145,10 +146,13 @@ def timeline(app: str, series: list, stem: Path) -> list:
     return _save(fig, stem)
 
 
-def history(launches: list, recordings: dict, stem: Path) -> list:
-    """Launch time against date per app and method; vertical lines where the app was re-recorded.
+def history(launches: list, recordings: dict, stale: dict, stem: Path) -> list:
+    """Launch time against date per app and method; vertical lines where the app was re-recorded
+    and where a schedule went stale; marks on the launches judged bad and on those after which the
+    app was kept but shown degraded.
 
-    launches: rows with app, method, started_at, launch_time_s; recordings: app -> [started_at]."""
+    launches: rows with app, method, started_at, launch_time_s; recordings: app -> [started_at];
+    stale: app -> [(stale_at, reason)]."""
     # A failed or unprefetched launch is no measurement of its method.
     launches = [r for r in launches if r["exit_status"] in (0, None) and not unprefetched(r)]
     apps = sorted({r["app"] for r in launches})
@@ -167,14 +171,24 @@ def history(launches: list, recordings: dict, stem: Path) -> list:
                     markersize=4, color="black", markerfacecolor="white", label=m)
         # hooked launches the feedback judged bad (a missed pre-buffer): marked over their point;
         # after several in a row the app is re-learned (stale) or shown degraded (docs/hook.md)
-        bad = [r for r in rows if ((r.get("details") or {}).get("feedback") or {}).get("bad")]
+        bad = [r for r in rows if _feedback(r).get("bad")]
         if bad:
             ax.plot([dt.datetime.fromtimestamp(r["started_at"]) for r in bad], [r["launch_time_s"] for r in bad],
                     linestyle="none", marker="x", markersize=9, color="black", markeredgewidth=1.6,
                     label="bad verdict (feedback)", zorder=5)
+        # several bad verdicts in a row with learn = "off": still prefetched, shown degraded
+        worse = [r for r in rows if _feedback(r).get("action") == "degraded"]
+        if worse:
+            ax.plot([dt.datetime.fromtimestamp(r["started_at"]) for r in worse],
+                    [r["launch_time_s"] for r in worse], linestyle="none", marker="D", markersize=11,
+                    markerfacecolor="none", color="black", markeredgewidth=1.0,
+                    label="degraded from here (kept)", zorder=4)
         for k, t in enumerate(recordings.get(app, [])):
             ax.axvline(dt.datetime.fromtimestamp(t), color="0.4", linestyle="--", linewidth=0.9,
                        label="(re-)recorded" if k == 0 else None)
+        for k, (t, _) in enumerate(stale.get(app, [])):
+            ax.axvline(dt.datetime.fromtimestamp(t), color="black", linestyle=":", linewidth=1.4,
+                       label="went stale (not prefetched until re-learned)" if k == 0 else None)
         ax.set_ylabel("launch time (s)")
         ax.set_ylim(bottom=0)
         ax.set_title(f"{app}", fontsize=9)
@@ -182,8 +196,17 @@ def history(launches: list, recordings: dict, stem: Path) -> list:
     axes[-1, 0].set_xlabel("date and time of the launch (local)")
     for label in axes[-1, 0].get_xticklabels():
         label.set(rotation=30, ha="right")
-    any_bad = any(((r.get("details") or {}).get("feedback") or {}).get("bad") for r in launches)
-    fig.suptitle("Launch times over time per application: does the gain last?\n"
-                 "(dashed lines: the app was (re-)recorded" + ("; x: the feedback judged the launch bad)"
-                                                               if any_bad else ")"), fontsize=10)
+    keys = ["dashed lines: the app was (re-)recorded"]
+    if any(stale.get(app) for app in apps):
+        keys.append("dotted: its schedule went stale")
+    if any(_feedback(r).get("bad") for r in launches):
+        keys.append("x: the feedback judged the launch bad")
+    if any(_feedback(r).get("action") == "degraded" for r in launches):
+        keys.append("diamond: shown degraded, still prefetched")
+    fig.suptitle("Launch times over time per application: does the gain last?\n(" + "; ".join(keys) + ")",
+                 fontsize=10)
     return _save(fig, stem)
+
+
+def _feedback(row: dict) -> dict:
+    return (row.get("details") or {}).get("feedback") or {}
