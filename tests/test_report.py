@@ -258,6 +258,8 @@ def test_history_marks_stale_schedules_and_degraded_apps(db_path, tmp_path):
     mark_stale(conn, sid, reason="a scheduled file changed (warmstartd)", at=NOW - 30)
     mark_stale(conn, sid, reason="later: kept the first", at=NOW)
     assert stale_marks(conn, "gcc") == [(NOW - 30, "a scheduled file changed (warmstartd)")]
+    text = run(db_path)
+    assert "stale: gcc: a scheduled file changed (warmstartd)" in text
     run(db_path, "--plot", str(tmp_path / "after"))
     svg = (tmp_path / "after" / "history.svg").read_text()
     assert "went stale (not prefetched until re-learned)" in svg and "dotted: its schedule went stale" in svg

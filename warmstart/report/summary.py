@@ -53,7 +53,7 @@ def load_launches(conn, names: Sequence[str] = (), bench_id: Optional[str] = Non
         args.append(disk)
     rows = conn.execute(f"""
         SELECT l.*, a.name AS app, s.algorithm, s.t_exp_s, s.created_at AS schedule_created_at,
-               s.stale AS schedule_stale, s.total_bytes AS schedule_bytes
+               s.stale AS schedule_stale, s.stale_reason AS schedule_stale_reason, s.total_bytes AS schedule_bytes
         FROM launches l JOIN apps a ON a.id = l.app_id
         LEFT JOIN schedules s ON s.id = l.schedule_id
         WHERE {' AND '.join(where)}
@@ -201,6 +201,7 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
             "schedule_age_s": (now - latest["schedule_created_at"])
             if latest and latest["schedule_created_at"] is not None else None,
             "schedule_stale": bool(latest["schedule_stale"]) if latest and latest["schedule_stale"] is not None else None,
+            "schedule_stale_reason": latest["schedule_stale_reason"] if latest and latest["schedule_stale"] else None,
             "mechanism": latest["mechanism"] if latest else None,
         })
     return result

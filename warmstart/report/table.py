@@ -98,6 +98,7 @@ def render(summaries, title=None) -> str:
           fmt_age(s["schedule_age_s"]),
           "-" if s["schedule_stale"] is None else ("yes" if s["schedule_stale"] else "no")]
          for s in summaries])
+    out += [f"stale: {s['app']}: {s['schedule_stale_reason']}" for s in summaries if s.get("schedule_stale_reason")]
     out += [f"degraded: {s['app']}: {s['degraded']}" for s in summaries if s.get("degraded")]
     out.append("err = measured/t_exp - 1; acc = prefetched-and-used/used;")
     out.append("waste = prefetched-unused/prefetched; age/stale of the schedule used")
