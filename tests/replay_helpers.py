@@ -6,7 +6,8 @@ import os
 import struct
 import time
 
-from warmstart.db.schedules import Range, Schedule, ScheduledFile, Segment, save_schedule
+from warmstart.db.schedules import save_schedule
+from warmstart.model import Range, Schedule, ScheduledFile, Segment
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long

@@ -14,7 +14,7 @@ import pytest
 from conftest import have_loop, require
 from warmstart.analyzer import probe
 from warmstart.analyzer.analyze import Options, analyze
-from warmstart.analyzer.fiemap import fiemap
+from warmstart.fiemap import fiemap
 from warmstart.db import open_db
 from warmstart.db.schedules import load_active_schedule, load_schedule
 from warmstart.errors import WarmstartError

@@ -5,8 +5,8 @@ import time
 import pytest
 
 from warmstart.db import open_db
-from warmstart.db.schedules import (Extent, Range, Schedule, ScheduledFile, Segment, list_schedules,
-                                    load_active_schedule, save_schedule)
+from warmstart.db.schedules import list_schedules, load_active_schedule, save_schedule
+from warmstart.model import Extent, Range, Schedule, ScheduledFile, Segment
 from warmstart.errors import WarmstartError
 
 

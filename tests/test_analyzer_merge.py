@@ -4,9 +4,15 @@ from hypothesis import given, settings, strategies as st
 
 from warmstart.analyzer.filemap import Piece
 from warmstart.analyzer.gapmerge import merge_gaps
-from warmstart.analyzer.sequence import Request, from_requests, merge_recordings
+from warmstart.analyzer.sequence import from_requests, merge_recordings
 from warmstart.analyzer.strips import split_at_strips, whole_stripes
-from warmstart.db.schedules import ScheduledFile
+from warmstart.model import BlockRequest, ScheduledFile
+
+
+def Request(dev, sector, nr_sectors, is_write=False, is_meta=False, cpu_before_ns=0):
+    """A recorded request as the recorder stores it."""
+    return BlockRequest(dev, sector, nr_sectors, ("W" if is_write else "R") + ("M" if is_meta else ""), 0,
+                        cpu_before_ns=cpu_before_ns)
 
 F = ScheduledFile(b"/f", 1, 2, 1 << 30, 0, 0)
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from conftest import REPO, have_fuse, have_loop, have_tracefs, require
 from replay_helpers import file_range, make_app, save, scheduled_file
-from warmstart.analyzer.fiemap import fiemap
+from warmstart.fiemap import fiemap
 from warmstart.cli import cli
 from warmstart.db import open_db
 from warmstart.db.schedules import load_active_schedule

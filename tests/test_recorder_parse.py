@@ -10,7 +10,7 @@ from warmstart.launching import launch, parse_until
 from warmstart.recorder.blktrace import parse_blkparse
 from warmstart.recorder.cputime import CpuCurve, assign_cpu
 from warmstart.recorder.events import assemble_requests, parse_lines
-from warmstart.recorder.model import BlockRequest
+from warmstart.model import BlockRequest
 from warmstart.recorder.attribution import page_uses
 from warmstart.recorder.tasks import build_tree
 

@@ -10,7 +10,7 @@ from warmstart.analyzer.inputs import recordings as analyzer_recordings
 from warmstart.cli import cli
 from warmstart.db import open_db
 from warmstart.db.recordings import get_app, insert_recording
-from warmstart.recorder.model import FileInfo, Recording
+from warmstart.model import FileInfo, Recording
 
 class App:
     """An installed app on a real file system: its executable and its shared library."""

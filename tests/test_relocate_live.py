@@ -17,7 +17,8 @@ import pytest
 
 from conftest import REPO, have_loop, have_root, require
 from warmstart.db import open_db
-from warmstart.db.schedules import Range, ScheduledFile, Schedule, Segment, load_active_schedule, save_schedule
+from warmstart.db.schedules import load_active_schedule, save_schedule
+from warmstart.model import Range, Schedule, ScheduledFile, Segment
 from warmstart.errors import WarmstartError
 from warmstart.relocate import relocate_apps
 from warmstart.relocate.extents import fiemap

@@ -1,6 +1,6 @@
 """Relocation planning and the disk model: pure logic on hand-made schedules (no root needed)."""
 
-from warmstart.db.schedules import Range, ScheduledFile, Schedule, Segment
+from warmstart.model import Range, Schedule, ScheduledFile, Segment
 from warmstart.relocate import model, planner
 
 BS = 4096

@@ -3,7 +3,7 @@
 from hypothesis import given, settings, strategies as st
 
 from warmstart.analyzer.access import ModelCost
-from warmstart.analyzer.diskmodel import DiskProfile
+from warmstart.model import DiskProfile
 from warmstart.analyzer.filemap import Piece
 from warmstart.analyzer.ordering import PieceTable
 from warmstart.analyzer.segment import launch_time, optimise, paper, reorder

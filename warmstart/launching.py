@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Mapping, Optional, Sequence
 
+from .devices import sysfs_path
 from .errors import WarmstartError
 
 POLL_S = 0.005  # launch-end polling period: 5 ms bounds the error of exit/file/idle ends
@@ -129,7 +130,7 @@ def devices_of_paths(paths: Sequence[bytes]) -> List[int]:
             dev = os.stat(p).st_dev
         except OSError:
             continue
-        if os.path.exists(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat") and dev not in out:
+        if os.path.exists(sysfs_path(dev) + "/stat") and dev not in out:
             out.append(dev)
     return out
 
@@ -137,7 +138,7 @@ def devices_of_paths(paths: Sequence[bytes]) -> List[int]:
 def _read_dev_stat(dev: int) -> Optional[tuple]:
     """(sectors read, sectors written, in flight) from /sys/dev/block/M:m/stat."""
     try:
-        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat") as f:
+        with open(sysfs_path(dev) + "/stat") as f:
             v = f.read().split()
         return (int(v[2]), int(v[6]), int(v[8]), int(v[0]), int(v[4]))
     except (OSError, IndexError, ValueError):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from warmstart.db.schedules import Range, Schedule, ScheduledFile, Segment  # noqa: E402
+from warmstart.model import Range, Schedule, ScheduledFile, Segment
 from warmstart.hook.index import Index, IndexEntry, encode as encode_index  # noqa: E402
 from warmstart.replay.export import encode as encode_wsr  # noqa: E402
 

@@ -1,6 +1,6 @@
 """DISK_ACCESS implementations behind one interface (segment.Cost): the model and the real disk.
 
-- ModelCost: the device profile's estimate (diskmodel.py), no I/O; thousands of calls per second.
+- ModelCost: the device profile's estimate (DiskProfile, model.py), no I/O; thousands of calls per second.
 - DiskCost: reads the segment's ranges in fetch order from the block device with O_DIRECT through
   warmstart-probe, so the device is timed and not the page cache. Before each probe the head is put
   at a fixed place (a 4 KiB read at offset 0, not counted) so repeated probes start alike. A time
@@ -11,7 +11,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 
-from .diskmodel import DiskProfile
+from ..model import DiskProfile
 from .ordering import PieceTable
 from ..errors import WarmstartError
 from .probe import check_direct, device_path, run

@@ -15,8 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from .. import devices
 from ..db import profiles as profile_db
-from ..db.schedules import Range, Schedule, Segment, save_schedule
+from ..db.schedules import save_schedule
+from ..model import Range, Schedule, Segment
 from ..errors import WarmstartError
 from . import inputs, probe
 from .access import DiskCost, ModelCost
@@ -225,7 +227,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
                 # The node refuses O_DIRECT (a VM's or container's disk): profile it another way,
                 # once, and keep the profile as `profile-disk` would
                 from .profile import profile_without_node
-                prof, how = profile_without_node(dev, probe.rotational(dev))
+                prof, how = profile_without_node(dev, devices.rotational(dev))
                 profile_id = profile_db.save_profile(conn, dev_path or f"dev {dev}", dev, prof, 0.0)
                 notes["profiled"] = how
             notes["fallback"] = f"disk probes impossible ({e}); used the model"

@@ -22,10 +22,9 @@ import os
 import struct
 from typing import Dict, List, Optional, Set, Tuple
 
-from .fiemap import fiemap_fd, mappable
-from .filemap import disk_of
+from ..fiemap import fiemap_fd, mappable
+from ..devices import block_name, device_node, disk_of
 from ..errors import WarmstartError
-from ..replay.export import block_device_node
 
 EXT4_MAGIC = 0xEF53
 INCOMPAT_META_BG = 0x10
@@ -43,7 +42,9 @@ class Ext4:
     """One mounted ext4 file system, read through its block device."""
 
     def __init__(self, st_dev: int):
-        node = block_device_node(st_dev)
+        node = device_node(st_dev)
+        if node is None:
+            raise WarmstartError(f"block device {os.major(st_dev)}:{os.minor(st_dev)} is not present")
         self.fd = os.open(node, os.O_RDONLY | os.O_CLOEXEC)
         try:
             sb = os.pread(self.fd, 1024, 1024)
@@ -126,8 +127,7 @@ class Ext4:
 def _inode_readahead_blks(st_dev: int) -> int:
     """The mounted file system's inode_readahead_blks (a power of two), else ext4's default."""
     try:
-        name = os.path.basename(os.readlink(f"/sys/dev/block/{os.major(st_dev)}:{os.minor(st_dev)}"))
-        with open(f"/sys/fs/ext4/{name}/inode_readahead_blks") as f:
+        with open(f"/sys/fs/ext4/{block_name(st_dev)}/inode_readahead_blks") as f:
             return max(1, int(f.read()))
     except (OSError, ValueError):
         return DEFAULT_INODE_READAHEAD_BLKS

@@ -24,21 +24,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from ..db.schedules import Extent, ScheduledFile
-from .fiemap import fiemap, mappable
+from ..devices import disk_of
+from ..fiemap import fiemap, mappable
+from ..model import Extent, FileInfo, ScheduledFile
 from .sequence import Access
-
-
-@dataclass(frozen=True)
-class RecordedFile:
-    """A row of recording_files."""
-    dev: int
-    ino: int
-    path: Optional[bytes]
-    size: Optional[int]
-    mtime_ns: Optional[int]
-    ctime_ns: Optional[int] = None
-    extents: Optional[Tuple[Extent, ...]] = None   # FIEMAP at record time; None: not taken
 
 
 @dataclass(frozen=True)
@@ -77,24 +66,7 @@ class FileMapReport:
         return d
 
 
-def _sysfs_dev(dev: int) -> str:
-    return f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
-
-
-def disk_of(dev: int) -> Tuple[int, int]:
-    """(whole-disk dev, start sector) of a partition; (dev, 0) for anything else."""
-    base = _sysfs_dev(dev)
-    try:
-        with open(base + "/start") as f:
-            start = int(f.read())
-        with open(base + "/../dev") as f:
-            major, minor = f.read().strip().split(":")
-        return os.makedev(int(major), int(minor)), start
-    except (OSError, ValueError):
-        return dev, 0
-
-
-def _identity_problem(rf: RecordedFile, st: os.stat_result) -> Optional[str]:
+def _identity_problem(rf: FileInfo, st: os.stat_result) -> Optional[str]:
     if st.st_dev != rf.dev or st.st_ino != rf.ino:
         return "replaced (another inode at this path now)"
     if rf.size is not None and st.st_size != rf.size:
@@ -107,7 +79,7 @@ def _identity_problem(rf: RecordedFile, st: os.stat_result) -> Optional[str]:
 class FileMap:
     """An index from (dev, sector) to the files of a launch, built from their FIEMAP now."""
 
-    def __init__(self, files: Iterable[RecordedFile], added_pages: Optional[Dict[Tuple[int, int], Set[int]]] = None,
+    def __init__(self, files: Iterable[FileInfo], added_pages: Optional[Dict[Tuple[int, int], Set[int]]] = None,
                  used_pages: Optional[Dict[Tuple[int, int], List[Tuple[int, int]]]] = None):
         self.report = FileMapReport()
         self.added_pages = added_pages  # (dev, ino) -> page indexes the launch added; None: unknown
@@ -120,7 +92,7 @@ class FileMap:
             self._add(rf)
         self._starts = {dev: [e[0] for e in lst] for dev, lst in self._idx.items()}
 
-    def _add(self, rf: RecordedFile) -> None:
+    def _add(self, rf: FileInfo) -> None:
         name = (rf.path or b"<unresolved>").decode("utf-8", "surrogateescape")
         if rf.path is None:
             self.report.skipped[f"{name} dev={rf.dev} ino={rf.ino}"] = "path not resolved at record time"

@@ -1,18 +1,13 @@
-"""What the analyzer reads from a recording: the app, its recordings, requests, files, page adds.
+"""What the analyzer reads of the database: the app, its voting recordings and their requests,
+files, page uses and page adds, through db/recordings.py and in the shared types (model.py)."""
 
-Plain SELECTs on the tables of schema.py (read-only), returning the analyzer's own types.
-"""
-
-import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from ..db import recordings as db
 from ..errors import WarmstartError
-from ..db.schedules import Extent
+from ..model import BlockRequest, FileInfo
 from ..recorder.attribution import merge_runs
-from .filemap import RecordedFile
-from .sequence import Request
 
 
 @dataclass
@@ -25,21 +20,21 @@ class RecordingInfo:
     warm_cpu_s: Optional[float] = None
 
 
-def app_id(conn: sqlite3.Connection, name: str) -> int:
-    row = conn.execute("SELECT id FROM apps WHERE name = ?", (name,)).fetchone()
+def app_id(conn, name: str) -> int:
+    row = db.get_app(conn, name)
     if row is None:
-        known = [r[0] for r in conn.execute("SELECT name FROM apps ORDER BY name LIMIT 10")]
+        known = [r["name"] for r in db.list_apps(conn)[:10]]
         hint = f" (known: {', '.join(known)})" if known else ""
         raise WarmstartError(f"no app named {name!r}{hint}: record it first with "
                              f"`warmstart record --name {name} -- CMD`")
-    return row[0]
+    return row["id"]
 
 
-def recordings(conn: sqlite3.Connection, app: int, ids: Optional[Sequence[int]] = None) -> List[RecordingInfo]:
+def recordings(conn, app: int, ids: Optional[Sequence[int]] = None) -> List[RecordingInfo]:
     """The app's current recordings (superseded ones no longer vote), or exactly `ids`."""
-    rows = conn.execute("SELECT id, launch_time_s, lost_events, status, cpu_total_s, warm_cpu_s, superseded_by"
-                        " FROM recordings WHERE app_id = ? ORDER BY id", (app,)).fetchall()
-    out = [RecordingInfo(*r[:6]) for r in rows if ids or r[6] is None]
+    rows = db.list_recordings(conn, app)
+    out = [RecordingInfo(r["id"], r["launch_time_s"], r["lost_events"], r["status"], r["cpu_total_s"],
+                         r["warm_cpu_s"]) for r in rows if ids or r["superseded_by"] is None]
     if ids:
         missing = set(ids) - {r.id for r in out}
         if missing:
@@ -49,49 +44,36 @@ def recordings(conn: sqlite3.Connection, app: int, ids: Optional[Sequence[int]] 
     return out
 
 
-def requests(conn: sqlite3.Connection, rid: int) -> List[Request]:
-    rows = conn.execute("SELECT dev, sector, nr_sectors, is_write, is_meta, cpu_before_ns FROM block_requests"
-                        " WHERE recording_id = ? ORDER BY seq", (rid,))
-    return [Request(r[0], r[1], r[2], bool(r[3]), bool(r[4]), r[5] or 0) for r in rows]
+def requests(conn, rid: int) -> List[BlockRequest]:
+    return db.load_block_requests(conn, rid)
 
 
-def files(conn: sqlite3.Connection, rids: Sequence[int]) -> List[RecordedFile]:
+def files(conn, rids: Sequence[int]) -> List[FileInfo]:
     """The files of the recordings; for a (dev, ino) in several, the newest recording's row."""
-    by_key: Dict[Tuple[int, int], RecordedFile] = {}
+    by_key: Dict[Tuple[int, int], FileInfo] = {}
     for rid in sorted(rids):
-        for r in conn.execute("SELECT dev, ino, path, size, mtime_ns, ctime_ns, extents_json FROM recording_files"
-                              " WHERE recording_id = ?", (rid,)):
-            exts = None if r[6] is None else tuple(Extent(*e) for e in json.loads(r[6]))
-            by_key[(r[0], r[1])] = RecordedFile(r[0], r[1], bytes(r[2]) if r[2] is not None else None,
-                                                r[3], r[4], r[5], exts)
+        for f in db.load_recording_files(conn, rid):
+            by_key[(f.dev, f.ino)] = f
     return list(by_key.values())
 
 
-def used_pages(conn: sqlite3.Connection, rids: Sequence[int]) -> Optional[Dict[Tuple[int, int], List[Tuple[int, int]]]]:
+def used_pages(conn, rids: Sequence[int]) -> Optional[Dict[Tuple[int, int], List[Tuple[int, int]]]]:
     """(dev, ino) -> sorted runs (first, last page) the launches used, over all recordings; None
     if any recording predates page-use tracing (then nothing is trimmed)."""
-    if not rids:
-        return None
-    traced = conn.execute(f"SELECT COUNT(*) FROM recordings WHERE id IN ({','.join('?' * len(rids))})"
-                          " AND json_extract(env_json, '$.used_pages') IS NOT NULL", list(rids)).fetchone()[0]
-    if traced < len(rids):
+    if not rids or not all(db.traced_page_uses(conn, rid) for rid in rids):
         return None
     spans: Dict[Tuple[int, int], List[Tuple[int, int]]] = {}
     for rid in rids:
-        for dev, ino, first, n in conn.execute("SELECT dev, ino, first_index, nr_pages FROM page_uses"
-                                               " WHERE recording_id = ?", (rid,)):
-            spans.setdefault((dev, ino), []).append((first, first + n - 1))
+        for u in db.load_page_uses(conn, rid):
+            spans.setdefault((u.dev, u.ino), []).append((u.first_index, u.first_index + u.nr_pages - 1))
     # several recordings: their union, as disjoint runs (FileMap bisects them)
     return {key: merge_runs(s) for key, s in spans.items()}
 
 
-def added_pages(conn: sqlite3.Connection, rids: Sequence[int]) -> Optional[Dict[Tuple[int, int], Set[int]]]:
+def added_pages(conn, rids: Sequence[int]) -> Optional[Dict[Tuple[int, int], Set[int]]]:
     """(dev, ino) -> page indexes the launches added to the page cache; None without such events."""
     out: Dict[Tuple[int, int], Set[int]] = {}
-    any_rows = False
     for rid in rids:
-        for dev, ino, first, n in conn.execute("SELECT dev, ino, first_index, nr_pages FROM page_cache_adds"
-                                               " WHERE recording_id = ?", (rid,)):
-            any_rows = True
-            out.setdefault((dev, ino), set()).update(range(first, first + n))
-    return out if any_rows else None
+        for a in db.load_page_cache_adds(conn, rid):
+            out.setdefault((a.dev, a.ino), set()).update(range(a.first_index, a.first_index + a.nr_pages))
+    return out or None

@@ -8,8 +8,9 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
+from .. import devices
 from ..errors import WarmstartError
 from ..paths import helper_binary
 
@@ -25,17 +26,12 @@ class ProbeResult:
 
 
 def device_path(dev: int) -> str:
-    """/dev node of a block device number (from sysfs, so it works without udev symlinks)."""
-    base = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/uevent"
-    try:
-        with open(base) as f:
-            for line in f:
-                if line.startswith("DEVNAME="):
-                    return "/dev/" + line.split("=", 1)[1].strip()
-    except OSError:
-        pass
-    raise WarmstartError(f"no block device {os.major(dev)}:{os.minor(dev)} on this machine "
-                         f"(was it a loop device that is gone?): bring the device back or use --probe model")
+    """/dev node of a block device number, or a WarmstartError saying what to do."""
+    node = devices.device_node(dev)
+    if node is None:
+        raise WarmstartError(f"no block device {os.major(dev)}:{os.minor(dev)} on this machine "
+                             f"(was it a loop device that is gone?): bring the device back or use --probe model")
+    return node
 
 
 def run(path: str, ranges: Sequence[Tuple[int, int]], qd: int = 1, repeat: int = 1) -> ProbeResult:
@@ -70,15 +66,3 @@ def device_size(path: str) -> int:
         return os.lseek(fd, 0, os.SEEK_END)
     finally:
         os.close(fd)
-
-
-def rotational(dev: int) -> Optional[bool]:
-    """The kernel's queue/rotational of the disk holding dev (a partition's parent), or None."""
-    base = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
-    for q in (f"{base}/queue/rotational", f"{base}/../queue/rotational"):
-        try:
-            with open(q) as f:
-                return f.read().strip() == "1"
-        except OSError:
-            continue
-    return None

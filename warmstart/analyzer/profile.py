@@ -14,9 +14,9 @@ On a 7200 rpm disk this takes ~10 s; the whole run is bounded well under 2 minut
 import random
 import statistics
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
-from .diskmodel import DiskProfile, mean_random_switch
+from ..model import DiskProfile
 from .probe import device_size, run
 
 MiB = 1 << 20
@@ -174,3 +174,13 @@ def profile_without_node(dev: int, rotational: Optional[bool], size: int = 256 *
     rot = True if rotational is None else rotational
     return class_profile(rot, size), (f"not timed ({why}): the {'rotational' if rot else 'non-rotational'} "
                                       f"class model" + ("" if rotational is not None else " (class unknown)"))
+
+
+def mean_random_switch(profile_curve: Sequence[Tuple[float, float]], span: float) -> float:
+    """Average switch time between two uniformly random points of a span (density 2(s-x)/s^2)."""
+    import numpy as np
+    xs = (np.arange(2000) + 0.5) / 2000 * span
+    lsd = np.log([max(1.0, d) for d, _ in profile_curve])
+    st = np.array([t for _, t in profile_curve])
+    t = np.interp(np.log(np.maximum(1.0, xs)), lsd, st)
+    return float(np.sum(t * 2 * (span - xs) / span ** 2 * (span / 2000)))

@@ -18,18 +18,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Sequence, Tuple
 
+from ..model import BlockRequest
+
 BLOCK_SECTORS = 8  # 4 KiB: the merge granularity, the page size
-
-
-@dataclass(frozen=True)
-class Request:
-    """One recorded block request (a row of block_requests), in issue order."""
-    dev: int
-    sector: int
-    nr_sectors: int
-    is_write: bool = False
-    is_meta: bool = False
-    cpu_before_ns: int = 0
 
 
 @dataclass
@@ -107,7 +98,7 @@ class _Seen:
         self._by_dev[dev] = merged
 
 
-def from_requests(requests: Sequence[Request], tail_cpu_ns: int = 0, merge: bool = True) -> LaunchSequence:
+def from_requests(requests: Sequence[BlockRequest], tail_cpu_ns: int = 0, merge: bool = True) -> LaunchSequence:
     """P of one recording. tail_cpu_ns: CPU after the last request (cpu_total - sum of cpu_before)."""
     seen = _Seen()
     out: List[Access] = []

@@ -7,16 +7,16 @@ Geometry comes from sysfs (md: chunk_size, raid_disks) or --strip-size/--stripe-
 kernel has no md, so this is tested on synthetic geometry only.
 """
 
-import os
 from dataclasses import replace
 from typing import List, Sequence, Tuple
 
+from ..devices import sysfs_path
 from .filemap import Piece
 
 
 def geometry_from_sysfs(dev: int) -> Tuple[int, int]:
     """(strip bytes, member disks) of an md array, or (0, 0) when dev is not striped."""
-    base = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/md"
+    base = sysfs_path(dev) + "/md"
     try:
         with open(base + "/level") as f:
             if f.read().strip() not in ("raid0", "raid10", "raid5", "raid6"):

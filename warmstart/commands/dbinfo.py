@@ -3,9 +3,8 @@
 import click
 
 from ..cli import emit, json_option
+from ..db.connection import database_file, describe
 from ..db.schema import SCHEMA_VERSION
-
-COUNTED_TABLES = ("apps", "recordings", "block_requests", "schedules", "device_profiles", "launches")
 
 
 @click.command("db-info")
@@ -20,12 +19,7 @@ def db_info(ctx, as_json):
       warmstart --db /tmp/test.db db-info --json
     """
     conn = ctx.db
-    info = {
-        "path": str(ctx.db_path or conn.execute("PRAGMA database_list").fetchone()[2]),
-        "schema_version": conn.execute("PRAGMA user_version").fetchone()[0],
-        "schema_version_known": SCHEMA_VERSION,
-        "counts": {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in COUNTED_TABLES},
-    }
+    info = {"path": str(ctx.db_path or database_file(conn)), **describe(conn), "schema_version_known": SCHEMA_VERSION}
     emit(info, as_json, lambda: "\n".join(
         [f"database        {info['path']}", f"schema version  {info['schema_version']}"]
         + [f"{t:<15} {n}" for t, n in info["counts"].items()]))

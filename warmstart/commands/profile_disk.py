@@ -4,6 +4,7 @@ import os
 
 import click
 
+from .. import devices
 from ..analyzer import profile as profiler
 from ..analyzer.probe import check_direct, device_path
 from ..cli import emit, json_option
@@ -41,8 +42,7 @@ def profile_disk(ctx, device, samples, strip_size, stripe_disks, as_json):
             device = device_path(dev)
         check_direct(device)
     except WarmstartError as e:
-        from ..analyzer.probe import rotational
-        prof, how = profiler.profile_without_node(dev, rotational(dev))
+        prof, how = profiler.profile_without_node(dev, devices.rotational(dev))
         pid = save_profile(ctx.db, device, dev, prof, 0.0)
         out = {"profile_id": pid, "device": device, "how": how, "why": str(e), "c_switch_s": prof.c_switch_s,
                "r_tr_Bps": prof.r_tr_Bps}

@@ -5,6 +5,7 @@ from pathlib import Path
 import click
 
 from ..cli import emit, json_option
+from ..db.recordings import list_apps
 from ..report.build import build_report
 
 
@@ -36,7 +37,7 @@ def report(ctx, names, bench_id, disk, prefetch_method, plot_dir, html_file, as_
       warmstart report --json | jq '.apps[] | {app, gain}'
     """
     conn = ctx.db
-    n_apps = conn.execute("SELECT count(*) FROM apps").fetchone()[0]
+    n_apps = len(list_apps(conn))
     if plot_dir or html_file:
         with click.progressbar(length=n_apps + 2, label="drawing figures", file=click.get_text_stream("stderr")) as bar:
             doc = build_report(conn, names, bench_id, disk, prefetch_method,

@@ -154,3 +154,17 @@ class _Transaction:
         elif self.conn.in_transaction:   # SQLite ends it itself on some errors (a full disk)
             self.conn.execute("ROLLBACK")
         return False
+
+
+COUNTED_TABLES = ("apps", "recordings", "block_requests", "schedules", "device_profiles", "launches")
+
+
+def database_file(conn: sqlite3.Connection) -> str:
+    """The file the connection has open (its main database)."""
+    return conn.execute("PRAGMA database_list").fetchone()[2]
+
+
+def describe(conn: sqlite3.Connection) -> dict:
+    """Schema version and row counts of the main tables (`warmstart db-info`)."""
+    return {"schema_version": conn.execute("PRAGMA user_version").fetchone()[0],
+            "counts": {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in COUNTED_TABLES}}

@@ -4,7 +4,7 @@ sorted passes, the disk half of a launch's lower bound."""
 import json
 import sqlite3
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 
 def insert_launch(conn: sqlite3.Connection, *, mode: str, launch_time_s: float,
@@ -93,3 +93,31 @@ def _as_dict(row) -> dict:
     d = dict(row)
     d["details"] = json.loads(d.pop("details_json") or "{}")
     return d
+
+
+def report_rows(conn: sqlite3.Connection, names: Sequence[str] = (), bench_id: Optional[str] = None,
+                disk: Optional[str] = None) -> List[sqlite3.Row]:
+    """Launches with their app's name and their schedule's facts, filtered, per app in time order."""
+    where, args = ["1"], []
+    if names:
+        where.append(f"a.name IN ({','.join('?' * len(names))})")
+        args += list(names)
+    if bench_id:
+        where.append("l.bench_id = ?")
+        args.append(bench_id)
+    if disk:
+        where.append("l.disk = ?")
+        args.append(disk)
+    return conn.execute(f"""
+        SELECT l.*, a.name AS app, s.algorithm, s.t_exp_s, s.created_at AS schedule_created_at,
+               s.stale AS schedule_stale, s.stale_reason AS schedule_stale_reason, s.total_bytes AS schedule_bytes
+        FROM launches l JOIN apps a ON a.id = l.app_id
+        LEFT JOIN schedules s ON s.id = l.schedule_id
+        WHERE {' AND '.join(where)}
+        ORDER BY a.name, l.started_at, l.id""", args).fetchall()
+
+
+def latest_bench_id(conn: sqlite3.Connection) -> Optional[str]:
+    row = conn.execute("SELECT bench_id FROM launches WHERE bench_id IS NOT NULL "
+                       "ORDER BY started_at DESC, id DESC LIMIT 1").fetchone()
+    return row[0] if row else None

@@ -4,7 +4,7 @@ import sqlite3
 import time
 from typing import Optional, Tuple
 
-from ..analyzer.diskmodel import DiskProfile
+from ..model import DiskProfile
 
 
 def save_profile(conn: sqlite3.Connection, device: str, dev: int, profile: DiskProfile, duration_s: float) -> int:

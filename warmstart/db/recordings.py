@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ..errors import WarmstartError
 from ..signature import signature_argv
-from ..recorder.model import BlockRequest, FileInfo, PageAdd, Process, Recording, UsedRun
+from ..model import BlockRequest, Extent, FileInfo, PageAdd, Process, Recording, UsedRun
 from .connection import transaction
 
 
@@ -109,7 +109,8 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
                 "INSERT INTO recording_files (recording_id, dev, ino, path, size, mtime_ns, ctime_ns, extents_json)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(rid, f.dev, f.ino, f.path, f.size, f.mtime_ns, f.ctime_ns,
-                  None if f.extents is None else json.dumps([list(e) for e in f.extents])) for f in rec.files])
+                  None if f.extents is None else
+                  json.dumps([[e.logical, e.physical, e.length, e.flags] for e in f.extents])) for f in rec.files])
             supersede_older(conn, app_id, rid)
     except sqlite3.OperationalError as e:
         if "full" in str(e).lower():
@@ -195,6 +196,26 @@ def list_recordings(conn: sqlite3.Connection, app_id: Optional[int] = None) -> L
     return conn.execute(sql + " WHERE r.app_id = ? ORDER BY r.id", (app_id,)).fetchall()
 
 
+def recording_times(conn: sqlite3.Connection, app: str) -> List[float]:
+    """When each of the app's recordings started (unix seconds), oldest first."""
+    return [r[0] for r in conn.execute("SELECT r.started_at FROM recordings r JOIN apps a ON a.id = r.app_id"
+                                       " WHERE a.name = ? ORDER BY r.started_at", (app,))]
+
+
+def latest_recording_id(conn: sqlite3.Connection, app: str) -> Optional[int]:
+    row = conn.execute("SELECT r.id FROM recordings r JOIN apps a ON a.id = r.app_id WHERE a.name = ?"
+                       " ORDER BY r.started_at DESC, r.id DESC LIMIT 1", (app,)).fetchone()
+    return row[0] if row else None
+
+
+def recorded_extents_complete(conn: sqlite3.Connection, app: str) -> bool:
+    """Do all of the app's recordings carry their (non-empty) files' extents at record time?"""
+    row = conn.execute("SELECT COUNT(*) FROM recording_files f JOIN recordings r ON r.id = f.recording_id"
+                       " JOIN apps a ON a.id = r.app_id WHERE a.name = ? AND f.path IS NOT NULL"
+                       " AND f.size > 0 AND f.extents_json IS NULL", (app,)).fetchone()
+    return row[0] == 0
+
+
 def get_recording(conn: sqlite3.Connection, recording_id: int) -> Optional[sqlite3.Row]:
     return conn.execute("SELECT * FROM recordings WHERE id = ?", (recording_id,)).fetchone()
 
@@ -229,6 +250,12 @@ def load_page_cache_adds(conn: sqlite3.Connection, recording_id: int) -> List[Pa
                     nr_pages=r["nr_pages"]) for r in rows]
 
 
+def traced_page_uses(conn: sqlite3.Connection, recording_id: int) -> bool:
+    """Whether the recorder traced the launch's page uses (recorders before that did not)."""
+    return conn.execute("SELECT json_extract(env_json, '$.used_pages') IS NOT NULL FROM recordings WHERE id = ?",
+                        (recording_id,)).fetchone()[0] == 1
+
+
 def load_page_uses(conn: sqlite3.Connection, recording_id: int) -> List[UsedRun]:
     rows = conn.execute("SELECT * FROM page_uses WHERE recording_id = ? ORDER BY dev, ino, first_index",
                         (recording_id,))
@@ -240,7 +267,7 @@ def load_recording_files(conn: sqlite3.Connection, recording_id: int) -> List[Fi
     return [FileInfo(dev=r["dev"], ino=r["ino"], path=bytes(r["path"]) if r["path"] is not None else None,
                      size=r["size"], mtime_ns=r["mtime_ns"], ctime_ns=r["ctime_ns"],
                      extents=None if r["extents_json"] is None else
-                     [tuple(e) for e in json.loads(r["extents_json"])]) for r in rows]
+                     [Extent(*e) for e in json.loads(r["extents_json"])]) for r in rows]
 
 
 def load_processes(conn: sqlite3.Connection, recording_id: int) -> List[Process]:

@@ -9,95 +9,11 @@ ranges, bytes for file offsets, seconds for t_* fields.
 import json
 import sqlite3
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import WarmstartError
+from ..model import Extent, Range, Schedule, ScheduledFile, Segment
 from .connection import transaction
-
-
-@dataclass(frozen=True)
-class ScheduledFile:
-    """A file a schedule reads, with the identity the replayer checks before touching it."""
-    path: bytes
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-
-
-@dataclass(frozen=True)
-class Extent:
-    """One FIEMAP extent of a scheduled file at analysis time (bytes)."""
-    logical: int
-    physical: int
-    length: int
-    flags: int = 0
-
-
-@dataclass(frozen=True)
-class Range:
-    """One read: `sector`/`nr_sectors` on block device `dev` (always set: it is the sort key).
-
-    A file range also has `file` and `file_offset` (bytes): replay reads the file so the pages land
-    in that file's page cache. A device range (file None) is metadata: replay reads the block device.
-    `length` is in bytes.
-    """
-    dev: int
-    sector: int
-    nr_sectors: int
-    length: int
-    file: Optional[ScheduledFile] = None
-    file_offset: Optional[int] = None
-    orig_pos: Optional[int] = None      # p index (1-based) of its first access: interleave's order
-
-    @property
-    def is_metadata(self) -> bool:
-        return self.file is None
-
-
-@dataclass
-class Segment:
-    """q_i of the paper: p[first_p..last_p] (1-based, inclusive) of P, ranges in fetch order."""
-    idx: int                 # 1 = the pre-buffer, fetched before the app is released
-    first_p: int
-    last_p: int
-    t_disk_s: float          # t_i: disk time of the LBA-sorted segment
-    cpu_s: float             # CPU time of the app within the segment
-    bytes: int
-    ranges: List[Range] = field(default_factory=list)
-
-
-@dataclass
-class Schedule:
-    id: Optional[int]
-    app_name: str
-    algorithm: str
-    probe: str
-    t_exp_s: float
-    total_bytes: int
-    waste_bytes: int
-    recording_ids: List[int]
-    segments: List[Segment]
-    files: List[ScheduledFile]
-    extents: Dict[int, List[Extent]]   # file index in `files` -> its extents
-    profile_id: Optional[int] = None
-    created_at: float = 0.0
-    stale: bool = False
-    params: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        """A JSON-safe dict; paths are given as surrogateescape'd str (bytes do not go to JSON)."""
-        def fix(o):
-            if isinstance(o, bytes):
-                return o.decode("utf-8", "surrogateescape")
-            if isinstance(o, dict):
-                return {str(k): fix(v) for k, v in o.items()}
-            if isinstance(o, (list, tuple)):
-                return [fix(v) for v in o]
-            return o
-        return fix(asdict(self))
 
 
 def _app_id(conn: sqlite3.Connection, app_name: str) -> int:
@@ -230,3 +146,26 @@ def stale_marks(conn: sqlite3.Connection, app: str) -> List[Tuple[float, str]]:
 def delete_schedules(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
     with transaction(conn):
         conn.executemany("DELETE FROM schedules WHERE id = ?", [(i,) for i in ids])
+
+
+def active_schedule_ids(conn: sqlite3.Connection) -> List[int]:
+    return [r[0] for r in conn.execute("SELECT id FROM schedules WHERE active = 1 ORDER BY id")]
+
+
+def newest_schedule_stale(conn: sqlite3.Connection, app: str) -> Optional[bool]:
+    """None for an app not in the database; else whether its newest schedule is stale (False
+    while it has none yet)."""
+    rows = conn.execute("SELECT s.stale FROM apps a LEFT JOIN schedules s ON s.app_id = a.id"
+                        " WHERE a.name = ? ORDER BY s.id DESC LIMIT 1", (app,)).fetchall()
+    return bool(rows[0]["stale"]) if rows else None
+
+
+def insert_relocation(conn: sqlite3.Connection, apps: Sequence[str], dev: int, region_sector: Optional[int],
+                      region_bytes: int, moved_files: int, moved_bytes: int, report: dict) -> int:
+    """Record one `warmstart relocate` that moved data; returns its id."""
+    with transaction(conn):
+        return conn.execute(
+            "INSERT INTO relocations (created_at, apps_json, dev, region_sector, region_bytes, moved_files,"
+            " moved_bytes, report_json) VALUES (?,?,?,?,?,?,?,?)",
+            (time.time(), json.dumps(list(apps)), dev, region_sector, region_bytes, moved_files, moved_bytes,
+             json.dumps(report, default=str))).lastrowid

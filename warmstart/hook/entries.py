@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from ..db.recordings import recorded_launch_s
+from ..db.recordings import list_apps, recorded_launch_s
 from ..db.schedules import load_active_schedule
 from ..errors import WarmstartError
 from ..replay.export import write_export
@@ -43,7 +43,7 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
     index = Index(max_hold_ms=cfg.max_hold_ms)
     skipped: List[Skipped] = []
     os.makedirs(paths.schedules, mode=0o755, exist_ok=True)
-    for app in conn.execute("SELECT * FROM apps ORDER BY id").fetchall():
+    for app in list_apps(conn):
         name = app["name"]
         exe = bytes(app["executable"])
         argv = [a.encode("utf-8", "surrogateescape") for a in json.loads(app["argv_json"])]

@@ -32,6 +32,7 @@ from collections import deque
 from typing import Optional
 
 from ..db.connection import open_db
+from ..db.schedules import newest_schedule_stale
 from ..errors import WarmstartError
 from ..paths import open_private_append
 from . import feedback, users
@@ -267,11 +268,8 @@ class Learner:
         if any(n == name for n, _ in self.pending):
             return None
         with self.db() as conn:
-            rows = conn.execute("SELECT s.stale FROM apps a LEFT JOIN schedules s ON s.app_id = a.id "
-                                "WHERE a.name = ? ORDER BY s.id DESC LIMIT 1", (name,)).fetchall()
-        if rows and not rows[0]["stale"]:
-            return None  # recorded and waiting for analysis, or hooked already
-        return name
+            # recorded and waiting for analysis, or hooked already: nothing to learn
+            return name if newest_schedule_stale(conn, name) in (None, True) else None
 
     def db(self):
         """A short-lived connection: a long-lived one kept an unfinished SELECT's read open, and

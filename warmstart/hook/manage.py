@@ -4,6 +4,7 @@ import os
 import shutil
 from typing import Optional
 
+from ..db.connection import database_file
 from ..errors import WarmstartError
 from . import events, feedback, preload, service, users
 from .config import load_config
@@ -67,7 +68,7 @@ def install(conn, with_preload: bool = False, system_preload: bool = False,
             raise WarmstartError("warmstartd needs root (fanotify permission events): run as root, "
                                  "or use `warmstart hook install --preload` for your own launches")
         cfg = load_config(paths.config if paths.config.exists() else None)
-        db_file = conn.execute("PRAGMA database_list").fetchone()["file"]
+        db_file = database_file(conn)
         service.stop_learner(paths)  # it must not write an old offset after the new generation's
         result["generation"] = events.start_generation(paths, db_file)["id"]
         result["daemon"] = service.start(paths, cfg=cfg)

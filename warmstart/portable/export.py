@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List
 
 from ..db.recordings import argv_of, get_app
-from ..db.schedules import Schedule, load_active_schedule
+from ..db.schedules import load_active_schedule
+from ..model import Schedule
 from ..errors import WarmstartError
 from .format import Portable, PFile, PRange, PSegment, content_hash, encode
 

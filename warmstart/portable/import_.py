@@ -16,13 +16,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..analyzer.fiemap import fiemap_fd, mappable
-from ..analyzer.filemap import disk_of
+from ..fiemap import fiemap_fd, mappable
+from ..devices import disk_of
 from ..analyzer.probe import device_path, run as probe_run
 from ..analyzer.segment import Cost, optimise
 from ..db.connection import transaction
 from ..db.recordings import delete_app, get_app, upsert_app
-from ..db.schedules import Extent, Range, Schedule, ScheduledFile, Segment, save_schedule
+from ..db.schedules import save_schedule
+from ..model import Extent, Range, Schedule, ScheduledFile, Segment
 from ..errors import WarmstartError
 from ..relocate import model
 from ..analyzer.ext4meta import MetadataFinder

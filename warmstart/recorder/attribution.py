@@ -17,7 +17,8 @@ import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .events import Event, RA_EVENTS, USE_EVENTS, _READAHEAD, filemap_pages, makedev
-from .model import BlockRequest, PageAdd, UsedRun
+from ..devices import sysfs_path
+from ..model import BlockRequest, PageAdd, UsedRun
 from .tasks import TaskTree
 
 PF_KTHREAD = 0x00200000
@@ -46,7 +47,7 @@ class KernelThreads:
 
 
 def is_block_dev(dev: int) -> bool:
-    return os.major(dev) != 0 and os.path.exists(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    return os.major(dev) != 0 and os.path.exists(sysfs_path(dev))
 
 
 def page_adds(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: int) -> List[PageAdd]:
@@ -128,7 +129,7 @@ def lower_devices(devices: Sequence[int]) -> Set[int]:
     out = set()
     for dev in devices:
         try:
-            with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/loop/backing_file", "rb") as f:
+            with open(sysfs_path(dev) + "/loop/backing_file", "rb") as f:
                 backing = f.read().rstrip(b"\n")
             out.add(os.stat(backing).st_dev)
         except OSError:

@@ -7,7 +7,7 @@ stop(), with submitter, queue/issue/complete times; attribution to the launch ha
 
 from typing import List, Optional, Sequence
 
-from .model import BlockRequest
+from ..model import BlockRequest
 
 
 class BlockBackend:

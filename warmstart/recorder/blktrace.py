@@ -23,7 +23,8 @@ from typing import List, Optional, Sequence
 from ..errors import WarmstartError
 from .backend import BlockBackend
 from .events import Event, assemble_requests
-from .model import BlockRequest
+from ..devices import device_node
+from ..model import BlockRequest
 
 DEBUGFS = "/sys/kernel/debug"
 
@@ -43,12 +44,11 @@ BLKTRACETEARDOWN = _ioc(0, 118, 0)
 
 
 def dev_node(dev: int) -> str:
-    """/dev/<name> of a block dev_t, from sysfs."""
-    try:
-        name = os.path.basename(os.readlink(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"))
-    except OSError:
+    """/dev node of a block dev_t, from sysfs."""
+    node = device_node(dev)
+    if node is None:
         raise WarmstartError(f"no block device {os.major(dev)}:{os.minor(dev)}; pass an existing --device")
-    return f"/dev/{name}"
+    return node
 
 
 def blktrace_unavailable(devices: Sequence[int]) -> Optional[str]:

@@ -11,7 +11,7 @@ CPU spent while a request is outstanding overlaps that I/O already and belongs t
 import bisect
 from typing import List, Sequence, Tuple
 
-from .model import BlockRequest
+from ..model import BlockRequest
 
 
 class CpuCurve:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from .model import BlockRequest
+from ..model import BlockRequest
 
 _LINE = re.compile(
     rb"^\s*(?P<comm>.*?)-(?P<pid>\d+)\s+(?:\(\s*(?P<tgid>[\d-]+)\)\s+)?\[(?P<cpu>\d+)\]\s+(?:\S+\s+)?"

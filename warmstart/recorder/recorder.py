@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..db import recordings as store
+from ..devices import block_name, sysfs_path
 from ..errors import WarmstartError
 from ..launching import LaunchResult, Until, devices_of_paths, launch, resolve_command
 from . import coldcache
@@ -23,7 +24,7 @@ from .attribution import is_block_dev, launch_devices, launch_requests, page_add
 from .backend import choose_backend
 from .cputime import CpuCurve, assign_cpu
 from .events import parse_lines, split_lines
-from .model import Recording
+from ..model import Recording
 from .resolve import resolve_inodes
 from .tasks import build_tree
 from .tracefs import Instance, remove_stale_instances, tracefs_root
@@ -113,8 +114,8 @@ def _device_env(devices: Sequence[int]) -> list:
         mm = f"{os.major(dev)}:{os.minor(dev)}"
         info = {"dev": dev, "major_minor": mm, "fstype": mounts.get(mm)}
         try:
-            info["name"] = os.path.basename(os.readlink(f"/sys/dev/block/{mm}"))
-            q = f"/sys/dev/block/{mm}/queue"
+            info["name"] = block_name(dev)
+            q = f"{sysfs_path(dev)}/queue"
             if os.path.isdir(q):
                 info["rotational"] = open(f"{q}/rotational").read().strip() == "1"
                 info["scheduler"] = open(f"{q}/scheduler").read().strip()

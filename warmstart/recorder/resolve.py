@@ -11,8 +11,8 @@ import os
 import stat
 from typing import Dict, Iterable, List, Set, Tuple
 
-from .model import FileInfo
-from ..analyzer.fiemap import fiemap, mappable
+from ..model import FileInfo
+from ..fiemap import fiemap, mappable
 from ..mountinfo import unescape
 
 
@@ -94,6 +94,6 @@ def _found(path: bytes, dev: int, remaining: Set[int], found: Dict) -> None:
 def _extents(path: bytes):
     """Where the file's bytes are now, i.e. where the recorded reads found them."""
     try:
-        return [(e.logical, e.physical, e.length, e.flags) for e in fiemap(path) if mappable(e)]
+        return [e for e in fiemap(path) if mappable(e)]
     except OSError:
         return None   # no FIEMAP here (tmpfs, FUSE, ...): the analyzer uses today's layout

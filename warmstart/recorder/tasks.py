@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Sequence, Set, Tuple
 
 from .events import Event, kv
-from .model import Process
+from ..model import Process
 
 _RUNTIME = re.compile(rb"pid=(\d+) runtime=(\d+)")
 _EXEC = re.compile(rb"^filename=(.*) pid=(\d+) old_pid=(\d+)$", re.S)

@@ -9,7 +9,7 @@ from typing import List
 
 from .backend import BlockBackend
 from .events import assemble_requests, parse_lines, split_lines
-from .model import BlockRequest
+from ..model import BlockRequest
 from .tracefs import Instance
 
 BLOCK_EVENTS = ("block/block_bio_queue", "block/block_rq_issue", "block/block_rq_complete")

@@ -15,7 +15,7 @@ import struct
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..errors import WarmstartError
-from ..analyzer.fiemap import FIEMAP_EXTENT_DATA_INLINE
+from ..fiemap import FIEMAP_EXTENT_DATA_INLINE
 from .extents import fiemap
 from ..mountinfo import unescape
 

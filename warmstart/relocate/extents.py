@@ -1,12 +1,12 @@
 """FIEMAP: where a file's bytes are on the device, to check the donor and the result of a move.
 
-The ioctl is the analyzer's (analyzer/fiemap.py); this adds what relocation asks of the result.
+The ioctl is warmstart/fiemap.py; this adds what relocation asks of the result.
 """
 
 from dataclasses import dataclass
 from typing import List
 
-from ..analyzer.fiemap import fiemap_fd
+from ..fiemap import fiemap_fd
 
 
 @dataclass(frozen=True)

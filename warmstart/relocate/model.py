@@ -7,9 +7,10 @@ before the app runs, segment i+1 while the app computes segment i.
 """
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Callable, Iterable, List, Sequence, Tuple
+
+from ..devices import sysfs_path
 
 RATE_BPS = 130e6
 TRACK_SEEK_S = 1.0e-3
@@ -81,7 +82,7 @@ def schedule_cost(sched, locate: Callable, stroke_sectors: int) -> ScheduleCost:
 def device_sectors(dev: int) -> int:
     """Size of block device `dev` in sectors (the seek stroke), 0 if unknown."""
     try:
-        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/size") as f:
+        with open(sysfs_path(dev) + "/size") as f:
             return int(f.read())
     except (OSError, ValueError):
         return 0
@@ -90,7 +91,7 @@ def device_sectors(dev: int) -> int:
 def partition_start(dev: int) -> int:
     """First sector of partition `dev` on its disk (0 for a whole disk or a loop device)."""
     try:
-        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/start") as f:
+        with open(sysfs_path(dev) + "/start") as f:
             return int(f.read())
     except (OSError, ValueError):
         return 0

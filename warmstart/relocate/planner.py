@@ -15,7 +15,7 @@ offset in the region; relocate.py turns it into moves.
 from dataclasses import dataclass, field
 from typing import Dict, List, Sequence, Tuple
 
-from ..db.schedules import Schedule
+from ..model import Schedule
 
 GRANULARITIES = ("auto", "file", "range")
 # Untouched gaps up to this size inside a file are moved along: cheaper to read through than to seek.

@@ -18,8 +18,9 @@ import importlib
 import os
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..db.schedules import (Extent, Range, ScheduledFile, Schedule, activate_schedule, load_active_schedule,
-                             save_schedule)
+from ..db.recordings import recorded_extents_complete
+from ..db.schedules import activate_schedule, load_active_schedule, save_schedule
+from ..model import Extent, Range, Schedule, ScheduledFile
 from . import model
 from .extents import fiemap
 
@@ -165,10 +166,7 @@ def _keep_remap_if_unmapped(conn, name: str, remapped: Schedule, remapped_id: in
 def _recorded_extents(conn, name: str) -> bool:
     """Do all of the app's recordings carry their files' extents (so the re-run maps moved data)?
     Their file bytes may then legitimately differ from the remap's (other gaps merged)."""
-    row = conn.execute("SELECT COUNT(*) FROM recording_files f JOIN recordings r ON r.id = f.recording_id"
-                       " JOIN apps a ON a.id = r.app_id WHERE a.name = ? AND f.path IS NOT NULL"
-                       " AND f.size > 0 AND f.extents_json IS NULL", (name,)).fetchone()
-    return row[0] == 0
+    return recorded_extents_complete(conn, name)
 
 
 def _run_analyzer(conn, hook, name: str, old: Schedule) -> str:

@@ -9,15 +9,13 @@ Order of work, so that a refusal or a crash never leaves a half-done state that 
 5. record the relocation, remap every active schedule that reads a moved file.
 """
 
-import json
 import os
 import signal
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..db.connection import transaction
-from ..db.schedules import Schedule, load_active_schedule, load_schedule
+from ..db.schedules import active_schedule_ids, insert_relocation, load_active_schedule, load_schedule
+from ..model import Schedule
 from ..errors import WarmstartError
 from . import checks, donor as donors, model, planner
 from .extents import fiemap
@@ -58,7 +56,7 @@ class Report:
 
 
 def _all_active(conn) -> List[Schedule]:
-    return [load_schedule(conn, r["id"]) for r in conn.execute("SELECT id FROM schedules WHERE active = 1")]
+    return [load_schedule(conn, sid) for sid in active_schedule_ids(conn)]
 
 
 def _fs_of(files: Dict[bytes, os.stat_result]) -> int:
@@ -190,13 +188,9 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
     # 5. Record, then remap every active schedule that reads a moved file.
     affected = [s.app_name for s in all_active if moved_paths & {f.path for f in s.files}]
     report.reanalysis = reanalyze(conn, affected)
-    with transaction(conn):
-        cur = conn.execute(
-            "INSERT INTO relocations (created_at, apps_json, dev, region_sector, region_bytes, moved_files,"
-            " moved_bytes, report_json) VALUES (?,?,?,?,?,?,?,?)",
-            (time.time(), json.dumps(report.apps), dev, report.region["start_sector"], layout.region_bytes,
-             report.moved_files, report.moved_bytes, json.dumps(report.to_json(), default=str)))
-    report.relocation_id = cur.lastrowid
+    report.relocation_id = insert_relocation(conn, report.apps, dev, report.region["start_sector"],
+                                             layout.region_bytes, report.moved_files, report.moved_bytes,
+                                             report.to_json())
     return report
 
 

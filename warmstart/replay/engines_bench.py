@@ -17,7 +17,9 @@ import tempfile
 import time
 
 from ..db import open_db
-from ..db.schedules import Range, Schedule, ScheduledFile, Segment, load_active_schedule, save_schedule
+from ..db.recordings import upsert_app
+from ..db.schedules import load_active_schedule, save_schedule
+from ..model import Range, Schedule, ScheduledFile, Segment
 from ..launching import resolve_command
 from ..paths import helper_binary
 from .export import write_export
@@ -53,8 +55,7 @@ def build_files(root, n=300, seed=7):
 
 
 def make_schedule(conn, paths):
-    conn.execute("INSERT INTO apps (name, executable, argv_json, created_at) VALUES (?,?,?,?)",
-                 ("bench-engines", resolve_command(["true"]), '["true"]', time.time()))
+    upsert_app(conn, "bench-engines", resolve_command(["true"]), ["true"])
     files = []
     for p in paths:
         st = os.stat(p)

@@ -11,6 +11,7 @@ import zlib
 from dataclasses import dataclass
 from typing import List, Optional
 
+from .. import devices
 from ..errors import WarmstartError
 
 MAGIC = b"WSREPLAY"
@@ -36,16 +37,12 @@ class ExportInfo:
 
 
 def block_device_node(dev: int) -> bytes:
-    """/dev path of block device `dev`, from sysfs (udev names it after DEVNAME)."""
-    try:
-        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/uevent", "rb") as f:
-            for line in f:
-                if line.startswith(b"DEVNAME="):
-                    return b"/dev/" + line.split(b"=", 1)[1].strip()
-    except OSError:
-        pass
-    raise WarmstartError(f"block device {os.major(dev)}:{os.minor(dev)} of the schedule's metadata "
-                         f"ranges is not present; re-record the app on the current disk")
+    """/dev path of block device `dev` (the schedule's metadata ranges are read through it)."""
+    node = devices.device_node(dev)
+    if node is None:
+        raise WarmstartError(f"block device {os.major(dev)}:{os.minor(dev)} of the schedule's metadata "
+                             f"ranges is not present; re-record the app on the current disk")
+    return os.fsencode(node)
 
 
 def encode(schedule) -> bytes:

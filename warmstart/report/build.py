@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..db.launches import latest_bench_id
 from ..db.schedules import stale_marks
 from ..errors import WarmstartError
 from . import figures, html, summary, table, timeline
@@ -48,7 +49,7 @@ def build_report(conn, names: Sequence[str] = (), bench_id: Optional[str] = None
                  progress=None) -> dict:
     """Everything `warmstart report` prints or writes; returns the JSON document."""
     if bench_id == "latest":
-        bench_id = summary.latest_bench_id(conn)
+        bench_id = latest_bench_id(conn)
         if bench_id is None:
             raise WarmstartError("no bench run in the database: run `warmstart bench` first, "
                                  "or drop --bench to report all launches")

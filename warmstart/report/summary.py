@@ -9,7 +9,7 @@ import json
 import time
 from typing import Iterable, Optional, Sequence
 
-from ..db import recordings
+from ..db import launches, recordings
 from ..errors import WarmstartError
 from . import stats
 
@@ -35,29 +35,12 @@ def load_launches(conn, names: Sequence[str] = (), bench_id: Optional[str] = Non
                   disk: Optional[str] = None) -> list:
     """Launch rows (as dicts, with app name, method, schedule facts) matching the filters."""
     if names:
-        known = {r[0] for r in conn.execute(
-            f"SELECT name FROM apps WHERE name IN ({','.join('?' * len(names))})", list(names))}
+        known = {r["name"] for r in recordings.list_apps(conn)}
         missing = [n for n in names if n not in known]
         if missing:
             raise WarmstartError(f"no app named {', '.join(missing)} in the database: "
                                  f"see `warmstart report` without names for the recorded apps")
-    where, args = ["1"], []
-    if names:
-        where.append(f"a.name IN ({','.join('?' * len(names))})")
-        args += list(names)
-    if bench_id:
-        where.append("l.bench_id = ?")
-        args.append(bench_id)
-    if disk:
-        where.append("l.disk = ?")
-        args.append(disk)
-    rows = conn.execute(f"""
-        SELECT l.*, a.name AS app, s.algorithm, s.t_exp_s, s.created_at AS schedule_created_at,
-               s.stale AS schedule_stale, s.stale_reason AS schedule_stale_reason, s.total_bytes AS schedule_bytes
-        FROM launches l JOIN apps a ON a.id = l.app_id
-        LEFT JOIN schedules s ON s.id = l.schedule_id
-        WHERE {' AND '.join(where)}
-        ORDER BY a.name, l.started_at, l.id""", args).fetchall()
+    rows = launches.report_rows(conn, names, bench_id, disk)
     out = []
     for r in rows:
         d = dict(r)
@@ -111,12 +94,6 @@ def unprefetched(row: dict) -> bool:
     """A prefetch-mode launch the runner had to start without prefetching (it says why in
     details.notes): timing it as 'segmented' would credit the prefetcher with a plain launch."""
     return row["mode"] not in NOT_PREFETCHED and bool((row.get("details") or {}).get("notes"))
-
-
-def latest_bench_id(conn) -> Optional[str]:
-    row = conn.execute("SELECT bench_id FROM launches WHERE bench_id IS NOT NULL "
-                       "ORDER BY started_at DESC, id DESC LIMIT 1").fetchone()
-    return row[0] if row else None
 
 
 def _sum(values: Iterable) -> Optional[int]:

@@ -9,6 +9,8 @@ Two sources:
 
 from typing import Optional
 
+from ..db import recordings
+
 BINS = 400  # resolution of a recording-derived timeline
 
 
@@ -23,12 +25,11 @@ def from_launch(row: dict) -> Optional[dict]:
 
 def from_recording(conn, recording_id: int) -> Optional[dict]:
     """A timeline of a recorded (cold) launch from its block requests and c_i."""
-    rec = conn.execute("SELECT launch_time_s FROM recordings WHERE id = ?", (recording_id,)).fetchone()
+    rec = recordings.get_recording(conn, recording_id)
     if rec is None:
         return None
-    reqs = conn.execute("SELECT issue_ns, complete_ns, sector, nr_sectors, cpu_before_ns, is_write "
-                        "FROM block_requests WHERE recording_id = ? ORDER BY seq", (recording_id,)).fetchall()
-    dur_ns = max([int(rec[0] * 1e9)] + [r[1] or r[0] for r in reqs]) or 1
+    reqs = recordings.load_block_requests(conn, recording_id)
+    dur_ns = max([int(rec["launch_time_s"] * 1e9)] + [r.complete_ns or r.issue_ns for r in reqs]) or 1
     period_ns = max(dur_ns // BINS, 1_000_000)
     nbins = dur_ns // period_ns + 1
     disk, cpu = [0.0] * nbins, [0.0] * nbins
@@ -45,24 +46,18 @@ def from_recording(conn, recording_id: int) -> Optional[dict]:
             b += 1
 
     prev_done = 0
-    for issue, complete, sector, nr, cpu_ns, _ in reqs:
-        done = complete if complete is not None else issue
-        spread_over(issue, done, done - issue, disk)
-        if cpu_ns:
-            spread_over(prev_done, max(issue, prev_done + 1), cpu_ns, cpu)
+    for r in reqs:
+        done = r.complete_ns if r.complete_ns is not None else r.issue_ns
+        spread_over(r.issue_ns, done, done - r.issue_ns, disk)
+        if r.cpu_before_ns:
+            spread_over(prev_done, max(r.issue_ns, prev_done + 1), r.cpu_before_ns, cpu)
         prev_done = max(prev_done, done)
-    return {"label": f"recorded cold launch (recording {recording_id}), {rec[0]:.3f} s",
+    return {"label": f"recorded cold launch (recording {recording_id}), {rec['launch_time_s']:.3f} s",
             "period_s": period_ns / 1e9,
             "cpu": [min(v, 1.0) for v in cpu], "cpu_what": "app CPU (c_i), % of one CPU",
             "disk": [min(v, 1.0) for v in disk],
-            "requests": [[r[0] / 1e9, r[2]] for r in reqs],
+            "requests": [[r.issue_ns / 1e9, r.sector] for r in reqs],
             "segments_s": [], "dev_sectors": None}
-
-
-def latest_recording(conn, app: str) -> Optional[int]:
-    row = conn.execute("SELECT r.id FROM recordings r JOIN apps a ON a.id = r.app_id WHERE a.name = ? "
-                       "ORDER BY r.started_at DESC, r.id DESC LIMIT 1", (app,)).fetchone()
-    return row[0] if row else None
 
 
 def pick(conn, launches: list, app: str, disk: str, prefetch_method: Optional[str]) -> list:
@@ -77,16 +72,11 @@ def pick(conn, launches: list, app: str, disk: str, prefetch_method: Optional[st
         if sampled:
             panels.append(from_launch(sampled[-1]))
         elif method == "cold":
-            rid = latest_recording(conn, app)
+            rid = recordings.latest_recording_id(conn, app)
             if rid is not None:
                 panels.append(from_recording(conn, rid))
     return [p for p in panels if p]
 
 
 def recordings_by_app(conn, apps) -> dict:
-    out = {}
-    for app in apps:
-        out[app] = [r[0] for r in conn.execute(
-            "SELECT r.started_at FROM recordings r JOIN apps a ON a.id = r.app_id WHERE a.name = ? "
-            "ORDER BY r.started_at", (app,))]
-    return out
+    return {app: recordings.recording_times(conn, app) for app in apps}

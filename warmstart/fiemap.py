@@ -9,7 +9,7 @@ import os
 import struct
 from typing import List
 
-from ..db.schedules import Extent
+from .model import Extent
 
 FS_IOC_FIEMAP = 0xC020660B
 FIEMAP_FLAG_SYNC = 0x1

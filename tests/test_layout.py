@@ -1,0 +1,62 @@
+"""The layout shows the architecture: the packages of warmstart/ import each other one way (no
+cycle), and the shared pieces (model.py, db/, devices.py, ...) import none of the stages."""
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+from conftest import REPO
+
+PKG = REPO / "warmstart"
+STAGES = {"recorder", "analyzer", "replay", "hook", "speculate", "relocate", "portable", "report", "bench",
+          "commands", "emudisk"}
+
+
+def _imports():
+    """(importing package or top-level module, imported one) for every warmstart import, local
+    (inside functions) ones included: a lazy import is still a dependency."""
+    edges = defaultdict(set)
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG).with_suffix("").parts
+        here = rel[0]                       # the package, or the top-level module
+        base = ["warmstart", *rel[:-1]]     # what a relative import of level 1 starts from
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = base[:len(base) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+                    targets = [parts + [a.name] for a in node.names] if not node.module else [parts]
+                else:
+                    targets = [node.module.split(".")] if node.module else []
+            elif isinstance(node, ast.Import):
+                targets = [a.name.split(".") for a in node.names]
+            else:
+                continue
+            for t in targets:
+                if t[0] == "warmstart" and len(t) > 1 and t[1] != here:
+                    edges[here].add(t[1])
+    return edges
+
+
+def test_packages_import_each_other_one_way():
+    edges = _imports()
+    state, stack = {}, []
+
+    def visit(v):
+        state[v] = "open"
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if state.get(w) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(w):] + [w]))
+            if w not in state:
+                visit(w)
+        stack.pop()
+        state[v] = "done"
+    for v in sorted(edges):
+        if v not in state:
+            visit(v)
+
+
+def test_shared_pieces_import_no_stage():
+    edges = _imports()
+    for shared in ("model", "db", "devices", "fiemap", "signature", "mountinfo", "paths", "errors"):
+        assert not edges.get(shared, set()) & STAGES, (shared, sorted(edges[shared] & STAGES))
