@@ -282,7 +282,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
             measured[name] = launch_time(segs, disk, pre)
             compare[name]["t_disk_s"] = measured[name]
         errs = []
-        for (a, b), t in disk._cache.items():
+        for (a, b), t in disk.measured().items():
             m = model(a, b)
             if t > 0:
                 errs.append((m - t) / t)

@@ -55,6 +55,10 @@ class Cost:
     def measure(self, a: int, b: int) -> float:
         raise NotImplementedError
 
+    def measured(self) -> Dict[Seg, float]:
+        """Every DISK_ACCESS this cost has answered: (a, b) -> seconds."""
+        return dict(self._cache)
+
     def exhausted(self) -> bool:
         """True when no more new measurements should be made (budget spent)."""
         return False

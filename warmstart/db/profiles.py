@@ -23,8 +23,3 @@ def latest_profile(conn: sqlite3.Connection, dev: int, size_bytes: Optional[int]
         args.append(size_bytes)
     row = conn.execute(sql + " ORDER BY id DESC LIMIT 1", args).fetchone()
     return None if row is None else (row["id"], DiskProfile.from_json(row["profile_json"]))
-
-
-def get_profile(conn: sqlite3.Connection, profile_id: int) -> Optional[DiskProfile]:
-    row = conn.execute("SELECT profile_json FROM device_profiles WHERE id = ?", (profile_id,)).fetchone()
-    return None if row is None else DiskProfile.from_json(row["profile_json"])

@@ -224,11 +224,6 @@ def recording_env(row) -> Dict:
     return json.loads(row["env_json"])
 
 
-def delete_recording(conn: sqlite3.Connection, recording_id: int) -> bool:
-    with transaction(conn):
-        return conn.execute("DELETE FROM recordings WHERE id = ?", (recording_id,)).rowcount > 0
-
-
 def delete_app(conn: sqlite3.Connection, name: str) -> bool:
     """Delete an app with all its recordings (and, by cascade, its schedules and launches)."""
     with transaction(conn):

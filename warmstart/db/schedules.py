@@ -143,11 +143,6 @@ def stale_marks(conn: sqlite3.Connection, app: str) -> List[Tuple[float, str]]:
         " WHERE a.name = ? AND s.stale_at IS NOT NULL ORDER BY s.stale_at", (app,))]
 
 
-def delete_schedules(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
-    with transaction(conn):
-        conn.executemany("DELETE FROM schedules WHERE id = ?", [(i,) for i in ids])
-
-
 def active_schedule_ids(conn: sqlite3.Connection) -> List[int]:
     return [r[0] for r in conn.execute("SELECT id FROM schedules WHERE active = 1 ORDER BY id")]
 

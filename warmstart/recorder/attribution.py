@@ -16,7 +16,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .events import Event, RA_EVENTS, USE_EVENTS, _READAHEAD, filemap_pages, makedev
+from .events import READAHEAD, RA_EVENTS, USE_EVENTS, Event, filemap_pages, makedev
 from ..devices import sysfs_path
 from ..model import BlockRequest, PageAdd, UsedRun
 from .tasks import TaskTree
@@ -87,7 +87,7 @@ def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
                 continue
             dev, ino, first, n = f
         elif ev.name in RA_EVENTS:   # the pages a read() asked for (an mmap's: its whole window)
-            m = _READAHEAD.search(ev.body)
+            m = READAHEAD.search(ev.body)
             if not m:
                 continue
             dev, ino = makedev(m.group(1), m.group(2)), int(m.group(3), 16)

@@ -28,7 +28,7 @@ PAGE_SHIFT = 12
 _DEV_INO = re.compile(rb"dev[ =](\d+):(\d+) ino[ =]([0-9a-f]+)")
 _OFS = re.compile(rb"ofs=(\d+)(?:-(\d+)| order=(\d+))?")
 # page_cache_sync_ra / async_ra: "dev=M:m ino=X index=N req_count=C ..." (pages)
-_READAHEAD = re.compile(rb"dev=(\d+):(\d+) ino=([0-9a-f]+) index=(\d+) req_count=(\d+)")
+READAHEAD = re.compile(rb"dev=(\d+):(\d+) ino=([0-9a-f]+) index=(\d+) req_count=(\d+)")
 USE_EVENTS = ("mm_filemap_get_pages", "mm_filemap_map_pages", "mm_filemap_fault")
 RA_EVENTS = ("page_cache_sync_ra", "page_cache_async_ra")
 

@@ -173,6 +173,11 @@ class Instance:
         if self.reader_error is not None:
             raise WarmstartError(f"reading {self.path}/trace_pipe failed: {self.reader_error}")
 
+    @property
+    def reading(self) -> bool:
+        """Started and not yet stopped."""
+        return self._thread is not None
+
     def stop(self) -> None:
         """Stop tracing and read everything left in the buffer."""
         self._write("tracing_on", "0")

@@ -6,7 +6,7 @@ metadata ranges and CPU times are kept, t_disk_s and t_exp_s are re-modelled. Th
 as the app's new active schedule (params.remapped_from = the old id), so `run` and `bench` fetch
 in the new order at once.
 
-Step 2: the analyzer (ANALYZER_HOOK, `warmstart.analyzer.analyze.analyze`) is run on the app's
+Step 2: the analyzer (`warmstart.analyzer.analyze.analyze`) is run on the app's
 recordings. It maps every recorded access through the FIEMAP the recorder took (where the launch
 found the bytes) and places the pieces where they are now, so it re-segments on the new layout
 (shorter t_i: fewer, longer segments); its schedule replaces the remapped one. If it cannot run (no recordings, no device profile and no
@@ -14,27 +14,14 @@ O_DIRECT probes, ...), the remapped schedule stays active and the report says wh
 """
 
 import dataclasses
-import importlib
 import os
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..db.recordings import recorded_extents_complete
 from ..db.schedules import activate_schedule, load_active_schedule, save_schedule
 from ..model import Extent, Range, Schedule, ScheduledFile
 from . import model
 from .extents import fiemap
-
-# "module:function", called as function(conn, app_name, Options(...)) after the remap.
-ANALYZER_HOOK = "warmstart.analyzer.analyze:analyze"
-
-
-def analyzer_hook() -> Optional[Callable]:
-    module, _, func = ANALYZER_HOOK.partition(":")
-    try:
-        return getattr(importlib.import_module(module), func, None)
-    except ImportError:
-        return None
-
 
 class FileMap:
     """Current FIEMAP of files by path, read once per path."""
@@ -124,7 +111,6 @@ def remap_schedule(sched: Schedule, files: FileMap) -> Schedule:
 
 def reanalyze(conn, app_names) -> List[dict]:
     """Remap (and, if the analyzer provides it, re-segment) the active schedule of each app."""
-    hook = analyzer_hook()
     files = FileMap()
     out = []
     for name in app_names:
@@ -134,10 +120,8 @@ def reanalyze(conn, app_names) -> List[dict]:
         new = remap_schedule(old, files)
         sid = save_schedule(conn, new)
         entry = {"app": name, "old_schedule": old.id, "remapped_schedule": sid,
-                 "analyzer": f"not available ({ANALYZER_HOOK})"}
-        if hook is not None:
-            entry["analyzer"] = _run_analyzer(conn, hook, name, old)
-            entry["analyzer"] += _keep_remap_if_unmapped(conn, name, new, sid)
+                 "analyzer": _run_analyzer(conn, name, old)}
+        entry["analyzer"] += _keep_remap_if_unmapped(conn, name, new, sid)
         out.append(entry)
     return out
 
@@ -169,14 +153,14 @@ def _recorded_extents(conn, name: str) -> bool:
     return recorded_extents_complete(conn, name)
 
 
-def _run_analyzer(conn, hook, name: str, old: Schedule) -> str:
+def _run_analyzer(conn, name: str, old: Schedule) -> str:
     """Re-run the analyzer with the options the old schedule was made with; say what happened."""
-    from ..analyzer.analyze import ALGORITHMS, PROBES, Options
+    from ..analyzer.analyze import ALGORITHMS, PROBES, Options, analyze
     from ..errors import WarmstartError
     opts = Options(probe=old.probe if old.probe in PROBES else "auto",
                    algorithm=old.algorithm if old.algorithm in ALGORITHMS else "optimal")
     try:
-        result = hook(conn, name, opts)
+        result = analyze(conn, name, opts)
     except WarmstartError as e:
         return f"not re-run ({e}); the remapped schedule is active"
     segs = result.get("segments") if isinstance(result, dict) else None

@@ -196,12 +196,9 @@ class UseTracer:
         return self
 
     def stop(self) -> None:
-        if self._inst is not None and self._thread_running():
+        if self._inst is not None and self._inst.reading:
             self._inst.stop()
             self._lost = self._inst.lost_events()
-
-    def _thread_running(self) -> bool:
-        return self._inst._thread is not None
 
     def measure(self, result, stats: Optional[dict]) -> Optional[PageUse]:
         """The launch's PageUse (None without a schedule); call after stop()."""
