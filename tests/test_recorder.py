@@ -317,6 +317,25 @@ def test_remove_stale_instances_only_removes_dead_owners(needs_tracefs):
                 os.rmdir(d)
 
 
+def test_a_killed_speculation_tracer_instance_is_removed_too(needs_tracefs):
+    """The fallback's tracer names its instance like the recorder's, so a SIGKILLed one is
+    cleaned up by the next recorder instead of staying in tracefs for good."""
+    code = ("import time; from warmstart.speculate.tracer import Tracer; t = Tracer().start(); "
+            "print(t.name, flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    name = p.stdout.readline().strip()
+    p.kill()
+    p.wait()
+    root = tracefs_root()
+    assert (root / "instances" / name).exists()
+    try:
+        assert name in remove_stale_instances(root)
+    finally:
+        if (root / "instances" / name).exists():
+            os.rmdir(root / "instances" / name)
+
+
 # ---- names that are not UTF-8 ----------------------------------------------------------
 
 def test_non_utf8_file_names_round_trip(emu_hdd, synth, tmp_path, needs_tracefs):

@@ -42,6 +42,12 @@ def tracefs_root() -> Path:
     return Path(TRACEFS_MOUNTS[0])
 
 
+def instance_name(role: str) -> str:
+    """The name of this process's tracefs instance for `role`: every instance warmstart makes is
+    named so, and remove_stale_instances() removes those whose process is gone."""
+    return f"{PREFIX}{os.getpid()}-{role}"
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -91,7 +97,7 @@ class Instance:
     def __init__(self, root: Path, role: str, events: Sequence[str], buffer_kb: int = 8192,
                  options: Sequence[str] = (), event_pids: Sequence[int] = (), filters=None):
         self.root = root
-        self.name = f"{PREFIX}{os.getpid()}-{role}"
+        self.name = instance_name(role)
         self.path = root / "instances" / self.name
         self.events = list(events)
         self.buffer_kb = buffer_kb

@@ -1,9 +1,10 @@
 """Page-cache events of our own process tree from a private tracefs instance.
 
-One instance `warmstart-spec-<pid>` with the filemap events (misses: add_to_page_cache; uses:
-get_pages for reads, fault and map_pages for mappings) and sched_process_fork, limited to this
-process and everything it starts (set_event_pid + event-fork), so the launch and the
-speculative copy are seen from their first instruction. Removed again on stop, also on error.
+One instance (`warmstart-rec-<pid>-spec`: the next recorder removes it if this process dies) with
+the filemap events (misses: add_to_page_cache; uses: get_pages for reads, fault and map_pages for
+mappings) and sched_process_fork, limited to this process and everything it starts
+(set_event_pid + event-fork), so the launch and the speculative copy are seen from their first
+instruction. Removed again on stop, also on error.
 """
 
 import os
@@ -15,7 +16,7 @@ from typing import Dict, List, Optional
 
 from ..errors import WarmstartError
 from ..recorder import events
-from ..recorder.tracefs import tracefs_root
+from ..recorder.tracefs import instance_name, tracefs_root
 
 EVENTS = ("filemap/mm_filemap_add_to_page_cache", "filemap/mm_filemap_get_pages",
           "filemap/mm_filemap_fault", "filemap/mm_filemap_map_pages", "sched/sched_process_fork")
@@ -59,7 +60,7 @@ class Tracer:
     """Use as a context manager; `take()` returns the events parsed since the last call."""
 
     def __init__(self, name: Optional[str] = None, buffer_kb: int = 8192):
-        self.name = name or f"warmstart-spec-{os.getpid()}"
+        self.name = name or instance_name("spec")
         self.dir = ""
         self.buffer_kb = buffer_kb
         self.parents: Dict[int, int] = {}
