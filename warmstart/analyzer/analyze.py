@@ -172,37 +172,34 @@ def _to_ranges(pieces: Sequence[Piece]) -> List[Range]:
                   p.first_p or None) for p in pieces]
 
 
-def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[Callable[[str], None]] = None) -> dict:
-    """Analyze app_name's recordings and (unless opts.save is False) store the schedule.
-    Returns a JSON-safe report."""
-    say = progress or (lambda s: None)
-    t_start = time.monotonic()
+@dataclass
+class CostSetup:
+    """How DISK_ACCESS is answered for this analysis (step 4 of analyze)."""
+    dev: int                          # the device the schedule is timed on
+    dev_path: Optional[str]
+    prof: Optional[object]            # its DiskProfile, if any
+    profile_id: Optional[int]
+    method: str                       # disk | model | hybrid, after fallbacks
+    model: Optional[ModelCost]
+    disk: Optional[DiskCost]
+    notes: Dict[str, object]
+
+    @property
+    def search(self):
+        """The cost the segmentation search runs on."""
+        return self.model if self.method in ("model", "hybrid") else self.disk
+
+
+def _check_options(opts: Options) -> None:
     if opts.probe not in PROBES:
         raise WarmstartError(f"unknown probe {opts.probe!r}: use one of {', '.join(PROBES)}")
     if opts.algorithm not in ALGORITHMS:
         raise WarmstartError(f"unknown algorithm {opts.algorithm!r}: use one of {', '.join(ALGORITHMS)}")
-    app = inputs.app_id(conn, app_name)
-    recs = inputs.recordings(conn, app, opts.recording_ids)
-    if not recs:
-        raise WarmstartError(f"app {app_name!r} has no recordings: record it with `warmstart record --name {app_name} -- CMD`")
-    lossy = _lost_check(recs, opts.allow_lost)
-    rids = [r.id for r in recs]
 
-    say("building the launch sequence")
-    seq = build_sequence(conn, recs, opts.runs_threshold)
-    fmap = FileMap(inputs.files(conn, rids), inputs.added_pages(conn, rids),
-                   inputs.used_pages(conn, rids) if opts.trim_unused else None)
-    kept, items = map_sequence(seq, fmap)
-    if not items:
-        raise WarmstartError(f"nothing left to prefetch for {app_name!r} (no reads, or every file changed "
-                             f"since recording: {len(fmap.report.skipped)} skipped): record it again")
-    cpu_s = [a.cpu_ns / 1e9 for a in kept]
-    file_meta = add_file_metadata(items) if opts.file_metadata else None
-    table = PieceTable(items, metadata_first=opts.metadata_first)
+
+def cost_setup(conn, items, table: PieceTable, opts: Options, cold_s: float) -> CostSetup:
+    """The device, its profile, whether it can be probed, and the costs to segment with."""
     dev = _main_dev(conn, items)
-
-    # The device, its profile, and whether it can be probed.
-    prof_row = None
     dev_path = None
     try:
         dev_path = probe.device_path(dev)
@@ -235,8 +232,6 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     if method in ("model", "hybrid") and prof is None:
         raise WarmstartError(f"no device profile for {dev_path or dev}: run `warmstart profile-disk "
                              f"{dev_path or '/dev/...'}` first, or use --probe disk")
-
-    cold_s = max(r.launch_time_s for r in recs)
     model = ModelCost(table, prof) if prof else None
     disk = None
     if method in ("disk", "hybrid"):
@@ -245,9 +240,23 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
         if prof:
             fallback[dev] = prof
         disk = DiskCost(table, budget_s=opts.disk_budget_factor * cold_s, paths={dev: dev_path}, fallback=fallback)
+    return CostSetup(dev, dev_path, prof, profile_id, method, model, disk, notes)
 
-    say(f"segmenting {len(items)} requests ({method} probes)")
-    search_cost = model if method in ("model", "hybrid") else disk
+
+@dataclass
+class Segmentation:
+    """The result of step 5: the chosen split, what it was compared with, and on which CPU."""
+    chosen: Result
+    compare: Dict[str, dict]
+    model_error: Optional[dict]
+    cpu_scale: float
+    scale_source: str
+
+
+def segmentation(cpu_s: List[float], recs, opts: Options, cost: CostSetup, say) -> Segmentation:
+    """Algorithm 1 (paper), the optimising search and reorder on the search cost; with hybrid
+    probes, the candidates are then timed on the disk and the disk's verdict is kept."""
+    search_cost = cost.search
     res_paper = paper(cpu_s, search_cost)
     if opts.cpu_scale is not None:
         cpu_scale, scale_source = opts.cpu_scale, "given"
@@ -267,44 +276,64 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
         compare["optimal"] = {"t_model_s": res_opt.t_model, "segments": len(res_opt.segments),
                               "start": res_opt.notes.get("start")}
     compare["reorder"] = {"t_model_s": launch_time([(0, len(cpu_s) - 1)], search_cost, pre)}
-
     res_reorder = reorder(cpu_s, search_cost) if opts.algorithm == "reorder" else None
     chosen: Result = res_opt or res_reorder or res_paper
     model_error = None
-    if method == "hybrid":
+    if cost.method == "hybrid":
         say("confirming on the disk")
-        disk.deadline = None  # the few confirmation probes always run
-        measured = {}
-        cands = {"paper": res_paper.segments, "reorder": [(0, len(cpu_s) - 1)]}
-        if res_opt:
-            cands["optimal"] = res_opt.segments
-        for name, segs in cands.items():
-            measured[name] = launch_time(segs, disk, pre)
-            compare[name]["t_disk_s"] = measured[name]
-        errs = []
-        for (a, b), t in disk.measured().items():
-            m = model(a, b)
-            if t > 0:
-                errs.append((m - t) / t)
-        model_error = {"segments": len(errs), "median": sorted(errs)[len(errs) // 2] if errs else None,
-                       "min": min(errs) if errs else None, "max": max(errs) if errs else None}
-        if res_opt and measured["reorder"] < measured["optimal"]:
-            # the model misled the search: keep what the disk says is better
-            chosen = Result("optimal", [(0, len(cpu_s) - 1)], [disk(0, len(cpu_s) - 1)], [pre[-1]],
-                            measured["reorder"], measured["reorder"], notes={"start": "reorder (disk)"})
-        else:
-            chosen = Result(chosen.algorithm, chosen.segments, [disk(a, b) for a, b in chosen.segments],
-                            chosen.cpu, chosen.t_exp, launch_time(chosen.segments, disk, pre))
-            if chosen.algorithm == "paper":
-                t = chosen.t_disk
-                chosen.t_exp = t[0] + pre[-1] if len(t) == 1 else t[0] + t[1] + pre[-1] - pre[chosen.segments[1][0]]
-            else:
-                chosen.t_exp = chosen.t_model
+        chosen, model_error = _confirm_on_disk(cost, chosen, res_paper, res_opt, pre, compare)
+    return Segmentation(chosen, compare, model_error, cpu_scale, scale_source)
 
-    # Fetch order inside each segment, gap merging, strips; then the schedule.
+
+def _confirm_on_disk(cost: CostSetup, chosen: Result, res_paper: Result, res_opt: Optional[Result], pre,
+                     compare: Dict[str, dict]) -> Tuple[Result, dict]:
+    """Time the candidates on the disk: the model only chose where to look."""
+    disk, model, n = cost.disk, cost.model, len(pre) - 1
+    disk.deadline = None  # the few confirmation probes always run
+    measured = {}
+    cands = {"paper": res_paper.segments, "reorder": [(0, n - 1)]}
+    if res_opt:
+        cands["optimal"] = res_opt.segments
+    for name, segs in cands.items():
+        measured[name] = launch_time(segs, disk, pre)
+        compare[name]["t_disk_s"] = measured[name]
+    modelled = {ab: model(*ab) for ab in disk.measured()}
+    errs = [(modelled[ab] - t) / t for ab, t in disk.measured().items() if t > 0]
+    model_error = {"segments": len(errs), "median": sorted(errs)[len(errs) // 2] if errs else None,
+                   "min": min(errs) if errs else None, "max": max(errs) if errs else None}
+    if res_opt and measured["reorder"] < measured["optimal"]:
+        # the model misled the search: keep what the disk says is better
+        return Result("optimal", [(0, n - 1)], [disk(0, n - 1)], [pre[-1]], measured["reorder"],
+                      measured["reorder"], notes={"start": "reorder (disk)"}), model_error
+    chosen = Result(chosen.algorithm, chosen.segments, [disk(a, b) for a, b in chosen.segments],
+                    chosen.cpu, chosen.t_exp, launch_time(chosen.segments, disk, pre))
+    if chosen.algorithm == "paper":
+        t = chosen.t_disk
+        chosen.t_exp = t[0] + pre[-1] if len(t) == 1 else t[0] + t[1] + pre[-1] - pre[chosen.segments[1][0]]
+    else:
+        chosen.t_exp = chosen.t_model
+    return chosen, model_error
+
+
+@dataclass
+class Ordered:
+    """Step 6: the schedule's segments in fetch order, and what merging and strips did."""
+    segments: List[Segment]
+    waste: int
+    merged_gaps: int
+    skipped_gaps: int
+    gap_bytes: int
+    strip: int
+    disks: int
+
+
+def order_segments(chosen: Result, table: PieceTable, cost: CostSetup, opts: Options) -> Ordered:
+    """Fetch order inside each segment (metadata, then data, each LBA-sorted: PieceTable),
+    competitive gap merging, strip alignment."""
+    prof = cost.prof
     strip, disks = opts.strip_bytes, opts.stripe_disks
     if strip is None:
-        strip, disks = geometry_from_sysfs(dev)
+        strip, disks = geometry_from_sysfs(cost.dev)
     gap_bytes = prof.gap_merge_bytes if (prof and opts.gap_merge) else 0
     # read through a gap when its transfer costs less than the switch over that distance
     worth = (lambda gap: gap / prof.r_tr_Bps <= float(prof.seek_s(gap))) if gap_bytes else None
@@ -329,27 +358,66 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
         ranges = _to_ranges(pieces)
         segments.append(Segment(i + 1, a + 1, b + 1, chosen.t_disk[i], chosen.cpu[i],
                                 sum(r.length for r in ranges), ranges))
+    return Ordered(segments, waste, merged_gaps, skipped_gaps, gap_bytes, strip or 0, disks or 0)
+
+
+def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[Callable[[str], None]] = None) -> dict:
+    """Analyze app_name's recordings and (unless opts.save is False) store the schedule; returns a
+    JSON-safe report. The steps, in order: the recordings (1), the launch sequence (2), the file
+    map (3) with each file's metadata, the cost model (4), the segmentation (5), the order, gap
+    merging and strips inside each segment (6), the schedule (7)."""
+    say = progress or (lambda s: None)
+    t_start = time.monotonic()
+    _check_options(opts)
+    app = inputs.app_id(conn, app_name)                                             # 1
+    recs = inputs.recordings(conn, app, opts.recording_ids)
+    if not recs:
+        raise WarmstartError(f"app {app_name!r} has no recordings: record it with `warmstart record --name {app_name} -- CMD`")
+    lossy = _lost_check(recs, opts.allow_lost)
+    rids = [r.id for r in recs]
+
+    say("building the launch sequence")
+    seq = build_sequence(conn, recs, opts.runs_threshold)                           # 2
+    fmap = FileMap(inputs.files(conn, rids), inputs.added_pages(conn, rids),       # 3
+                   inputs.used_pages(conn, rids) if opts.trim_unused else None)
+    kept, items = map_sequence(seq, fmap)
+    if not items:
+        raise WarmstartError(f"nothing left to prefetch for {app_name!r} (no reads, or every file changed "
+                             f"since recording: {len(fmap.report.skipped)} skipped): record it again")
+    cpu_s = [a.cpu_ns / 1e9 for a in kept]
+    file_meta = add_file_metadata(items) if opts.file_metadata else None
+    table = PieceTable(items, metadata_first=opts.metadata_first)
+
+    cold_s = max(r.launch_time_s for r in recs)
+    cost = cost_setup(conn, items, table, opts, cold_s)                             # 4
+    say(f"segmenting {len(items)} requests ({cost.method} probes)")
+    seg = segmentation(cpu_s, recs, opts, cost, say)                                # 5
+    chosen = seg.chosen
+    order = order_segments(chosen, table, cost, opts)                               # 6
+    segments = order.segments
 
     used_files = sorted({r.file for s in segments for r in s.ranges if r.file is not None}, key=lambda f: f.path)
-    extents = {i: fmap.extents[f] for i, f in enumerate(used_files)}
+    extents = {i: fmap.extents[f] for i, f in enumerate(used_files)}                # 7
     params = {"probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
-              "file_metadata": file_meta, "gap_merge_bytes": gap_bytes, "merged_gaps": merged_gaps, "skipped_gaps": skipped_gaps,
-              "strip_bytes": strip or 0, "stripe_disks": disks or 0, "t_model_s": chosen.t_model,
-              "compare": compare, "model_error": model_error, "filemap": fmap.report.to_json(),
+              "file_metadata": file_meta, "gap_merge_bytes": order.gap_bytes, "merged_gaps": order.merged_gaps,
+              "skipped_gaps": order.skipped_gaps, "strip_bytes": order.strip, "stripe_disks": order.disks,
+              "t_model_s": chosen.t_model, "compare": seg.compare, "model_error": seg.model_error,
+              "filemap": fmap.report.to_json(),
               "coverage": [{"recording_id": c.recording_id, "fraction": c.fraction} for c in seq.coverage],
-              "lossy_recordings": [r.id for r in lossy], "cpu_scale": cpu_scale,
-              "cpu_scale_source": scale_source, **notes}
-    sched = Schedule(None, app_name, chosen.algorithm, method, chosen.t_exp,
-                     sum(s.bytes for s in segments), waste, rids, segments, used_files, extents,
-                     profile_id=profile_id, params=params)
+              "lossy_recordings": [r.id for r in lossy], "cpu_scale": seg.cpu_scale,
+              "cpu_scale_source": seg.scale_source, **cost.notes}
+    sched = Schedule(None, app_name, chosen.algorithm, cost.method, chosen.t_exp,
+                     sum(s.bytes for s in segments), order.waste, rids, segments, used_files, extents,
+                     profile_id=cost.profile_id, params=params)
     if opts.save:
         save_schedule(conn, sched, app_id=app)
+    model, disk = cost.model, cost.disk
     return {
-        "app": app_name, "schedule_id": sched.id, "algorithm": chosen.algorithm, "probe": method,
+        "app": app_name, "schedule_id": sched.id, "algorithm": chosen.algorithm, "probe": cost.method,
         "requests": len(items), "segments": [len(s.ranges) for s in segments],
         "segment_p": [[s.first_p, s.last_p] for s in segments],
         "t_disk_s": chosen.t_disk, "cpu_s": chosen.cpu, "t_exp_s": chosen.t_exp, "t_model_s": chosen.t_model,
-        "total_bytes": sched.total_bytes, "waste_bytes": waste, "files": len(used_files),
+        "total_bytes": sched.total_bytes, "waste_bytes": order.waste, "files": len(used_files),
         "dropped_writes": seq.dropped_writes, "dropped_rereads": seq.dropped_rereads,
         "probe_calls": {"model": model.calls if model else 0, "disk": disk.calls if disk else 0},
         "disk_probe_s": disk.probe_s if disk else 0.0,

@@ -88,55 +88,13 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
     report = Report(apps=list(targets), dry_run=dry_run, granularity=granularity)
 
     # 1. The files, the file system, the refusals.
-    wanted: Dict[bytes, Tuple[int, int, int]] = {}
-    for s in targets.values():
-        for f in s.files:
-            wanted.setdefault(f.path, (f.ino, f.size, f.mtime_ns))
-    stats: Dict[bytes, os.stat_result] = {}
-    for path in wanted:
-        try:
-            stats[path] = os.stat(path)
-        except OSError:
-            pass
-    dev = _fs_of(stats)
-    fstype, mnt = checks.mount_of(dev)
-    report.fs_type, report.mountpoint = fstype, os.fsdecode(mnt)
-    if fstype != "ext4":
-        raise WarmstartError(f"relocation is not supported on {fstype} ({os.fsdecode(mnt)}): only ext4 offers an "
-                             f"atomic online extent move (EXT4_IOC_MOVE_EXT); nothing was changed")
-    vfs = os.statvfs(mnt)
+    stats, movable, dev, mnt, vfs = _movable_files(targets, report)
     block = vfs.f_bsize
     page_blocks = max(1, os.sysconf("SC_PAGE_SIZE") // block)
-    report.block_size = block
-    writer_map = checks.writers((st.st_dev, st.st_ino) for st in stats.values())
-    movable: Dict[bytes, int] = {}
-    for path in wanted:
-        why = checks.refusal(path, dev, wanted[path], writer_map)
-        if why:
-            report.refused.append({"path": os.fsdecode(path), "reason": why})
-        elif stats[path].st_size > 0:
-            movable[path] = -(-stats[path].st_size // block)
 
     # 2. The layout, trimmed to the free space.
     all_active = _all_active(conn)
-    layout = planner.plan_layout(targets, all_active, movable, block, page_blocks, granularity)
-    free = vfs.f_bavail * vfs.f_frsize
-    usable = free - max(RESERVE_MIN_BYTES, int(RESERVE_FRACTION * vfs.f_blocks * vfs.f_frsize))
-    report.free_bytes = free
-    dropped = set()
-    while layout.pieces and layout.region_bytes > usable:
-        # Drop every file with a piece past what fits (whole files or nothing), then re-plan.
-        dropped |= {p.path for p in layout.pieces if (p.region_block + p.nblocks) * block > usable}
-        for path in dropped:
-            movable.pop(path, None)
-        layout = planner.plan_layout(targets, all_active, movable, block, page_blocks, granularity)
-    for path in sorted(dropped):
-        report.refused.append({"path": os.fsdecode(path), "reason":
-                               f"would need more free space than exists ({free >> 20} MiB free, "
-                               f"{max(usable, 0) >> 20} MiB usable for the region): free some space"})
-    report.region_bytes = layout.region_bytes
-    report.pieces = [dict(asdict(p), path=os.fsdecode(p.path)) for p in layout.pieces]
-    report.extents_before = _extent_count(p for p in {p.path for p in layout.pieces})
+    layout = _fitting_layout(targets, all_active, movable, block, page_blocks, granularity, vfs, report)
 
     # 3. The model, before and (predicted) after.
     stroke = model.device_sectors(dev)
@@ -153,7 +111,7 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
 
     # 4. Move. SIGINT/SIGTERM only stop us between two moves.
     say(f"allocating a {layout.region_bytes >> 20} MiB region on {report.mountpoint}")
-    d = donors.allocate(mnt, layout.region_bytes, free)
+    d = donors.allocate(mnt, layout.region_bytes, report.free_bytes)
     report.region = d.describe()
     if not d.contiguous():
         report.warnings.append(f"the free space is fragmented: the region has {d.discontinuities} "
@@ -192,6 +150,64 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
                                              layout.region_bytes, report.moved_files, report.moved_bytes,
                                              report.to_json())
     return report
+
+
+def _movable_files(targets: Dict[str, Schedule], report: Report):
+    """The scheduled files, the (ext4) file system they are on, and those that may move:
+    (stats by path, blocks by movable path, dev, mount point, statvfs). Refusals go to report."""
+    wanted: Dict[bytes, Tuple[int, int, int]] = {}
+    for s in targets.values():
+        for f in s.files:
+            wanted.setdefault(f.path, (f.ino, f.size, f.mtime_ns))
+    stats: Dict[bytes, os.stat_result] = {}
+    for path in wanted:
+        try:
+            stats[path] = os.stat(path)
+        except OSError:
+            pass
+    dev = _fs_of(stats)
+    fstype, mnt = checks.mount_of(dev)
+    report.fs_type, report.mountpoint = fstype, os.fsdecode(mnt)
+    if fstype != "ext4":
+        raise WarmstartError(f"relocation is not supported on {fstype} ({os.fsdecode(mnt)}): only ext4 offers an "
+                             f"atomic online extent move (EXT4_IOC_MOVE_EXT); nothing was changed")
+    vfs = os.statvfs(mnt)
+    block = vfs.f_bsize
+    report.block_size = block
+    writer_map = checks.writers((st.st_dev, st.st_ino) for st in stats.values())
+    movable: Dict[bytes, int] = {}
+    for path in wanted:
+        why = checks.refusal(path, dev, wanted[path], writer_map)
+        if why:
+            report.refused.append({"path": os.fsdecode(path), "reason": why})
+        elif stats[path].st_size > 0:
+            movable[path] = -(-stats[path].st_size // block)
+    return stats, movable, dev, mnt, vfs
+
+
+def _fitting_layout(targets, all_active, movable: Dict[bytes, int], block: int, page_blocks: int,
+                    granularity: str, vfs, report: Report):
+    """The planned layout, with whole files dropped (and refused in report) until it fits the
+    free space less the reserve."""
+    layout = planner.plan_layout(targets, all_active, movable, block, page_blocks, granularity)
+    free = vfs.f_bavail * vfs.f_frsize
+    usable = free - max(RESERVE_MIN_BYTES, int(RESERVE_FRACTION * vfs.f_blocks * vfs.f_frsize))
+    report.free_bytes = free
+    dropped = set()
+    while layout.pieces and layout.region_bytes > usable:
+        # Drop every file with a piece past what fits (whole files or nothing), then re-plan.
+        dropped |= {p.path for p in layout.pieces if (p.region_block + p.nblocks) * block > usable}
+        for path in dropped:
+            movable.pop(path, None)
+        layout = planner.plan_layout(targets, all_active, movable, block, page_blocks, granularity)
+    for path in sorted(dropped):
+        report.refused.append({"path": os.fsdecode(path), "reason":
+                               f"would need more free space than exists ({free >> 20} MiB free, "
+                               f"{max(usable, 0) >> 20} MiB usable for the region): free some space"})
+    report.region_bytes = layout.region_bytes
+    report.pieces = [dict(asdict(p), path=os.fsdecode(p.path)) for p in layout.pieces]
+    report.extents_before = _extent_count(p for p in {p.path for p in layout.pieces})
+    return layout
 
 
 def _move_piece(p: planner.Piece, donor_fd: int, checked: os.stat_result) -> Optional[str]:

@@ -215,34 +215,7 @@ def run_fallback_launch(argv: Sequence, mechanism: str = "both", until="exit", t
             if online_thread is not None:
                 online_thread.start()
 
-        def keep_running():
-            now = time.monotonic()
-            if copy is None or now - mon["last"] < MONITOR_EVERY_S or not copy.running():
-                return
-            mon["last"] = now
-            rss = copy.rss_bytes()
-            mon["max_rss"] = max(mon["max_rss"], rss)
-            if rss > limits.rss_max:
-                copy.kill("memory cap")
-                return
-            progress = copy.progress_bytes()
-            ahead = progress - tree_rchar(finder.app_pid)
-            # judged once the copy runs CMD (it has read something): its sandbox set-up is no race
-            if progress > 0 and ahead < -BEHIND_SLACK_BYTES:
-                mon["behind_since"] = mon["behind_since"] or now
-                if now - mon["behind_since"] > BEHIND_GRACE_S:
-                    copy.kill("not ahead")
-                    return
-            else:
-                mon["behind_since"] = None
-            if ahead > horizon_bytes:
-                if mon["frozen_at"] is None:
-                    copy.freeze()
-                    mon["frozen_at"] = now
-            elif mon["frozen_at"] is not None:
-                copy.thaw()
-                mon["frozen_s"] += now - mon["frozen_at"]
-                mon["frozen_at"] = None
+        keep_running = _CopyMonitor(copy, finder, limits, horizon_bytes, mon)
 
         res = launching.launch(argv, until, timeout, cwd=cwd, env=env, passthrough=passthrough,
                                on_started=on_started, keep_running=keep_running)
@@ -266,11 +239,54 @@ def run_fallback_launch(argv: Sequence, mechanism: str = "both", until="exit", t
     if tracer is None:
         return result
     app_events.extend(tracer.take())
+    return _account(result, tracer, app_events, res.pid, pre, prefetcher, copy)
+
+
+class _CopyMonitor:
+    """Called by launch() while the app runs: caps the speculative copy's memory, kills it when
+    it falls behind the app, freezes it while it is more than the horizon ahead."""
+
+    def __init__(self, copy, finder, limits: SandboxLimits, horizon_bytes: int, mon: dict):
+        self.copy, self.finder, self.limits, self.horizon_bytes, self.mon = copy, finder, limits, horizon_bytes, mon
+
+    def __call__(self):
+        copy, finder, limits, horizon_bytes, mon = self.copy, self.finder, self.limits, self.horizon_bytes, self.mon
+        now = time.monotonic()
+        if copy is None or now - mon["last"] < MONITOR_EVERY_S or not copy.running():
+            return
+        mon["last"] = now
+        rss = copy.rss_bytes()
+        mon["max_rss"] = max(mon["max_rss"], rss)
+        if rss > limits.rss_max:
+            copy.kill("memory cap")
+            return
+        progress = copy.progress_bytes()
+        ahead = progress - tree_rchar(finder.app_pid)
+        # judged once the copy runs CMD (it has read something): its sandbox set-up is no race
+        if progress > 0 and ahead < -BEHIND_SLACK_BYTES:
+            mon["behind_since"] = mon["behind_since"] or now
+            if now - mon["behind_since"] > BEHIND_GRACE_S:
+                copy.kill("not ahead")
+                return
+        else:
+            mon["behind_since"] = None
+        if ahead > horizon_bytes:
+            if mon["frozen_at"] is None:
+                copy.freeze()
+                mon["frozen_at"] = now
+        elif mon["frozen_at"] is not None:
+            copy.thaw()
+            mon["frozen_s"] += now - mon["frozen_at"]
+            mon["frozen_at"] = None
+
+
+def _account(result: FallbackResult, tracer, app_events, app_pid: int, pre, prefetcher, copy) -> FallbackResult:
+    """Accuracy and waste per mechanism, from what the launch itself touched."""
     result.lost_events = tracer.lost
     used: Dict[Key, Set[int]] = {}
     for e in app_events:
         # used = what the launch itself touched (its reads, faults, mapped pages, misses)
-        if os.major(e.dev) == 0 or tracer.root_of(e.pid, {res.pid}) != res.pid:
+        if os.major(e.dev) == 0 or tracer.root_of(e.pid, {app_pid}) != app_pid:
             continue
         used.setdefault((e.dev, e.ino), set()).update(range(e.first, e.first + e.npages))
     sources: Dict[str, Dict[Key, Set[int]]] = {"preresolve": pre, "online": prefetcher.prefetched if prefetcher else {}}
