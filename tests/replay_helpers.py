@@ -1,17 +1,25 @@
-"""Helpers for the replayer tests: page-cache residency (cachestat), FIEMAP, schedules in SQL."""
+"""Helpers for the replayer tests: page-cache residency (cachestat), FIEMAP, schedules in SQL,
+their exports and a run of the replayer on one."""
 
 import ctypes
 import fcntl
+import json
 import os
 import struct
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-from warmstart.db.schedules import save_schedule
+from warmstart.db.schedules import load_active_schedule, save_schedule
 from warmstart.model import Range, Schedule, ScheduledFile, Segment
+from warmstart.replay.export import write_export
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 PAGE = os.sysconf("SC_PAGE_SIZE")
+KIB = 1024
+REPLAY = Path(__file__).resolve().parent.parent / "build" / "warmstart-replay"
 
 
 class _Range(ctypes.Structure):
@@ -87,3 +95,24 @@ def save(conn, app: str, segments_ranges, files, cpu_s=0.01) -> int:
         p += len(rs)
     sched = Schedule(None, app, "test", "model", 0.1, sum(s.bytes for s in segs), 0, [], segs, files, {})
     return save_schedule(conn, sched)
+
+
+def build(conn, files, segments, tmp_path, name="t"):
+    """segments: list of lists of (file index, offset KiB, length KiB); returns the export path."""
+    make_app(conn, name, [sys.executable])
+    sfs = [scheduled_file(p) for p in files]
+    segs = [[file_range(sfs[i], o * KIB, n * KIB) for i, o, n in seg] for seg in segments]
+    save(conn, name, segs, sfs)
+    info = write_export(load_active_schedule(conn, name), tmp_path / f"{name}.wsr")
+    return info.path
+
+
+def run_replayer(export_path, *args):
+    """Run the replayer to completion; return (exit status, stats dict, stderr)."""
+    r, w = os.pipe()
+    proc = subprocess.run([str(REPLAY), "--stats-fd", str(w), *args, os.fsdecode(export_path)],
+                          pass_fds=(w,), capture_output=True)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        raw = f.read()
+    return proc.returncode, json.loads(raw) if raw.strip() else None, proc.stderr.decode()

@@ -4,23 +4,19 @@ Residency is read with cachestat(2). Each test evicts only its own files (fadvis
 not the whole page cache, so it does not disturb the other tests running on this machine.
 """
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, have_loop, require
-from replay_helpers import (PAGE, cached_pages, device_range, evict, file_range, make_app, save,
-                            scheduled_file)
+from conftest import have_loop, require
+from replay_helpers import (KIB, PAGE, REPLAY, build, cached_pages, device_range, evict, make_app,
+                            run_replayer, save)
 from warmstart.db import open_db
 from warmstart.db.schedules import load_active_schedule
 from warmstart.replay.export import write_export, verify
 from warmstart.replay.process import ENGINES, ReplayProcess
-
-REPLAY = REPO / "build" / "warmstart-replay"
-KIB = 1024
 
 
 @pytest.fixture(scope="module")
@@ -52,27 +48,6 @@ def files(disk, tmp_path):
         if p.exists():
             p.unlink()
     base.rmdir()
-
-
-def run_replayer(export_path, *args):
-    """Run the replayer to completion; return (exit status, stats dict, stderr)."""
-    r, w = os.pipe()
-    proc = subprocess.run([str(REPLAY), "--stats-fd", str(w), *args, os.fsdecode(export_path)],
-                          pass_fds=(w,), capture_output=True)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        raw = f.read()
-    return proc.returncode, json.loads(raw) if raw.strip() else None, proc.stderr.decode()
-
-
-def build(conn, files, segments, tmp_path, name="t"):
-    """segments: list of lists of (file index, offset KiB, length KiB); returns the export path."""
-    make_app(conn, name, [sys.executable])
-    sfs = [scheduled_file(p) for p in files]
-    segs = [[file_range(sfs[i], o * KIB, n * KIB) for i, o, n in seg] for seg in segments]
-    save(conn, name, segs, sfs)
-    info = write_export(load_active_schedule(conn, name), tmp_path / f"{name}.wsr")
-    return info.path
 
 
 @pytest.mark.parametrize("engine", ENGINES)
