@@ -108,7 +108,10 @@ static int open_checked(struct ctx *c, uint32_t no)
 	const struct wsr_file *f = &c->s->files[no];
 	char path[4096];
 	struct stat st;
-	int fd, flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  /* NONBLOCK: a FIFO put there must not hang us */
+	/* NONBLOCK: a FIFO put there must not hang us. NOFOLLOW: the analyzer's paths name the file
+	 * itself (found by walking directories, recorder/resolve.py), so a symlink in its place was put
+	 * there since: never follow it, not even to look (an open alone acts on some devices). */
+	int fd, flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW;
 
 	memcpy(path, f->path, f->path_len);
 	path[f->path_len] = 0;
@@ -131,6 +134,8 @@ static int open_checked(struct ctx *c, uint32_t no)
 		}
 		if (errno == ENOENT || errno == ENOTDIR)
 			c->st->files_missing++;
+		else if (errno == ELOOP)     /* a symlink now: not the file analyzed */
+			c->st->files_changed++;
 		else if (errno == EACCES || errno == EPERM)
 			c->st->files_denied++;
 		else

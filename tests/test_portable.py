@@ -351,3 +351,19 @@ def test_export_import_across_disks_gains_match(tmp_path, cpu_ms):
     finally:
         for d in disks:
             d.down()
+
+
+def test_a_local_file_reached_through_a_symlink_is_scheduled_by_its_real_path(exported, tmp_path):
+    """The replayer never follows a symlink in a scheduled path's last component (a symlink there
+    is taken for a file swapped since the analysis, tests/test_privilege.py): an import whose
+    mapped path is a symlink to the matching file stores the file's real path."""
+    r, files, src_root = exported
+    local = copy_tree(files, tmp_path / "dst", list(files))
+    real = local[b"lib/a.so"] + b".1.2"
+    os.rename(local[b"lib/a.so"], real)
+    os.symlink(b"a.so.1.2", local[b"lib/a.so"])
+    conn = open_db(tmp_path / "dst.db")
+    res = import_schedule(conn, r.data, prefix_map=[(bytes(src_root), bytes(tmp_path / "dst"))])
+    assert res.refused_files == 0, res.refused
+    paths = {f.path for f in load_active_schedule(conn, "demo").files}
+    assert real in paths and not any(os.path.islink(p) for p in paths)

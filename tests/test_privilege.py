@@ -1,18 +1,28 @@
 """The privilege boundary, tried as an unprivileged user (nobody): the system state root writes
-cannot be read where it is private, and nothing of it can be written or replaced."""
+cannot be read where it is private, and nothing of it can be written or replaced; and no schedule,
+index or race between the analysis and the launch makes root read, or prefetch, a file the user
+cannot read."""
 
+import ctypes
+import dataclasses
 import errno
+import json
 import os
 import pwd
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO, require
+from conftest import require
+from replay_helpers import KIB, PAGE, REPLAY, _libc, build, cached_pages, evict, run_replayer
+from test_hook_daemon import live  # noqa: F401 (the fixture: warmstartd on the real kernel)
+from warmstart.db import open_db
 
 # the system's interpreter: the user cannot run root's (pyenv's under /root, say)
 USER_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
@@ -36,6 +46,13 @@ ATTACKS = [
     ("read the index", "open(STATE + '/hook.idx', 'rb').read()", None),
     ("read an export", "open(STATE + '/schedules/1.wsr', 'rb').read()", None),
 ]
+
+
+def as_user(argv, user="nobody", env=(), **kw) -> subprocess.CompletedProcess:
+    """Run argv as `user` (uid, gid, no supplementary groups), from /, with a minimal environment."""
+    pw = pwd.getpwnam(user)
+    return subprocess.run([str(a) for a in argv], capture_output=True, cwd="/", timeout=20, user=pw.pw_uid,
+                          group=pw.pw_gid, extra_groups=[], env={"PATH": "/usr/bin:/bin", **dict(env)}, **kw)
 
 
 @pytest.fixture
@@ -77,7 +94,6 @@ def system_state():
 
 def test_unprivileged_user_cannot_read_private_state_or_replace_any(system_state, capsys):
     paths, conn = system_state
-    nobody = pwd.getpwnam("nobody")
     require(os.access(USER_PYTHON, os.X_OK), "needs a python3 in /usr/bin that nobody can run")
     results = {}
     for what, code, expect in ATTACKS:
@@ -86,8 +102,7 @@ def test_unprivileged_user_cannot_read_private_state_or_replace_any(system_state
                 f"open('/tmp/' + NAME, 'wb').close()\n"
                 f"try:\n    {code}\nexcept OSError as e:\n    print(e.errno)\nelse:\n    print(0)\n"
                 f"finally:\n    __import__('os').unlink('/tmp/' + NAME)\n")
-        r = subprocess.run([USER_PYTHON, "-S", "-c", prog], capture_output=True, text=True, cwd="/",
-                           user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], env={"PATH": "/usr/bin:/bin"})
+        r = as_user([USER_PYTHON, "-S", "-c", prog], text=True)
         assert r.returncode == 0, (what, r.stderr)
         results[what] = int(r.stdout.strip())
     with capsys.disabled():
@@ -98,3 +113,141 @@ def test_unprivileged_user_cannot_read_private_state_or_replace_any(system_state
     # and nothing changed
     assert conn.execute("SELECT argv_json FROM apps").fetchone()[0] == '["secret"]'
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+# ---- the replayer acts for the launching user (docs/security.md, "Who trusts what") ------------
+#
+# An unprivileged user tries to make root read, or prefetch into the page cache, a file only root
+# may read: by a schedule naming it, by swapping a symlink or another file in for a scheduled file
+# between the analysis and the launch, or by an index of their own. Files live on the root file
+# system (ext4), in a directory under /tmp that nobody can reach (tmp_path is 0700).
+
+SECRET_KIB = 256
+
+
+class OpenWatch:
+    """inotify IN_OPEN on one file: how many times it was opened (by anyone) since the watch began."""
+
+    def __init__(self, path):
+        self.fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0 or _libc.inotify_add_watch(self.fd, os.fsencode(path), 0x20) < 0:  # IN_OPEN
+            raise OSError(ctypes.get_errno(), f"inotify on {path}")
+
+    def opens(self) -> int:
+        n = 0
+        try:
+            while True:
+                n += len(os.read(self.fd, 4096)) // 16   # struct inotify_event, no name for the file itself
+        except BlockingIOError:
+            return n
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+@pytest.fixture
+def user_tree():
+    """top/ (root's, 0755) with secret.bin (root's, 0600) and home/ (nobody's), which holds
+    lib.bin (nobody's, 0644): a file of the user's that a schedule names."""
+    require(os.geteuid() == 0, "needs root (to own the secret and to become nobody)")
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    require(os.access(USER_PYTHON, os.X_OK), "needs a python3 in /usr/bin that nobody can run")
+    nobody = pwd.getpwnam("nobody")
+    top = Path(tempfile.mkdtemp(prefix="ws-race-", dir="/tmp"))
+    try:
+        os.chmod(top, 0o755)
+        secret, home = top / "secret.bin", top / "home"
+        secret.write_bytes(b"S" * (SECRET_KIB * KIB))
+        os.chmod(secret, 0o600)
+        home.mkdir(mode=0o755)
+        own = home / "lib.bin"
+        own.write_bytes(b"u" * (SECRET_KIB * KIB))
+        for p in (home, own):
+            os.chown(p, nobody.pw_uid, nobody.pw_gid)
+        yield SimpleNamespace(top=top, secret=secret, home=home, own=own, uid=nobody.pw_uid, gid=nobody.pw_gid)
+    finally:
+        shutil.rmtree(top)
+
+
+def as_nobody_python(code: str) -> None:
+    """The user's move, made as the user: proves they have the rights the attack needs."""
+    r = as_user([USER_PYTHON, "-S", "-c", code], text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def pages(path, kib=SECRET_KIB) -> int:
+    return cached_pages(path, 0, kib * KIB)
+
+
+def test_warmstartd_replays_a_users_launch_with_the_users_rights(live, user_tree, tmp_path):
+    """(a) A schedule naming a root-only file, and the user's launch of the app through the real
+    daemon and replayer: the daemon starts the replayer with the launching user's ids, the
+    replayer is denied the secret (counted) and prefetches the user's own file."""
+    t = user_tree
+    export = build(open_db(tmp_path / "db"), [t.own, t.secret], [[(0, 0, 64), (1, 0, 64)]], tmp_path)
+    app = Path(shutil.copy("/bin/true", t.top / "app"))
+    live.replayer = REPLAY
+    live.write(dataclasses.replace(live.entry(app), schedule=os.fsencode(export), hold_ms=5000))
+    launches = tmp_path / "launches"
+    launches.mkdir(mode=0o700)
+    live.start("--launch-dir", str(launches))
+    for p in (t.own, t.secret):
+        evict(p)
+    assert as_user([app]).returncode == 0
+    deadline = time.monotonic() + 10
+    while not any(p.stat().st_size for p in launches.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.02)   # the replayer writes its report at its exit, after the app's
+    [report] = launches.iterdir()
+    st = json.loads(report.read_text())
+    [launch] = live.records("launch")
+    assert launch["uid"] == t.uid and launch["outcome"] == "ready", launch
+    assert st["status"] == "ok" and st["files_denied"] == 1 and st["files_opened"] == 1, st
+    assert st["ranges_skipped_file"] == 1 and st["bytes_fetched"] == 64 * KIB, st
+    assert pages(t.secret) == 0
+    assert pages(t.own, 64) == 64 * KIB // PAGE
+
+
+@pytest.mark.parametrize("for_user", [False, True], ids=["root-replayer", "replayer-as-nobody"])
+def test_a_symlink_swapped_in_for_a_scheduled_file_is_not_followed(user_tree, tmp_path, for_user):
+    """(b) After the analysis the user replaces their scheduled file by a symlink to the secret.
+    The replayer, as root or dropped to the user, does not even open the secret (O_NOFOLLOW: it
+    is not opened then rejected by the identity check, it is never opened), counts the file as
+    changed and brings none of the secret's pages in."""
+    t = user_tree
+    export = build(open_db(tmp_path / "db"), [t.own], [[(0, 0, 64)]], tmp_path)
+    as_nobody_python(f"import os; os.unlink({str(t.own)!r}); os.symlink({str(t.secret)!r}, {str(t.own)!r})")
+    evict(t.secret)
+    drop = ["--uid", str(t.uid), "--gid", str(t.gid)] if for_user else []
+    with OpenWatch(t.secret) as watch:
+        rc, st, err = run_replayer(export, *drop)
+        opens = watch.opens()
+    assert rc == 0, err
+    assert opens == 0, "the replayer opened the symlink's target"
+    assert st["files_changed"] == 1 and st["files_denied"] == 0 and st["files_opened"] == 0, st
+    assert st["ranges_skipped_file"] == 1 and st["bytes_fetched"] == 0, st
+    assert pages(t.secret) == 0
+
+
+@pytest.mark.parametrize("for_user", [False, True], ids=["root-replayer", "replayer-as-nobody"])
+def test_a_file_renamed_over_a_scheduled_one_is_skipped_as_changed(user_tree, tmp_path, for_user):
+    """(c) The user renames another file of theirs over the scheduled one, with the same size and
+    the recorded mtime (theirs to set): only the inode differs. Skipped as changed, not read."""
+    t = user_tree
+    export = build(open_db(tmp_path / "db"), [t.own], [[(0, 0, 64)]], tmp_path)
+    rec = os.stat(t.own)
+    as_nobody_python(f"import os\nnew = {str(t.own)!r} + '.new'\n"
+                     f"with open(new, 'wb') as f: f.write(b'x' * {rec.st_size})\n"
+                     f"os.utime(new, ns=({rec.st_atime_ns}, {rec.st_mtime_ns}))\n"
+                     f"os.rename(new, {str(t.own)!r})\n")
+    now = os.stat(t.own)
+    assert (now.st_size, now.st_mtime_ns) == (rec.st_size, rec.st_mtime_ns) and now.st_ino != rec.st_ino
+    evict(t.own)
+    drop = ["--uid", str(t.uid), "--gid", str(t.gid)] if for_user else []
+    rc, st, err = run_replayer(export, *drop)
+    assert rc == 0, err
+    assert st["files_changed"] == 1 and st["files_opened"] == 0 and st["bytes_fetched"] == 0, st
+    assert st["ranges_skipped_file"] == 1, st
+    assert pages(t.own) == 0

@@ -64,9 +64,13 @@ def map_path(path: bytes, prefix_map: Sequence[Tuple[bytes, bytes]]) -> bytes:
 
 
 def _check_file(path: bytes, size: int, digest: bytes, spans) -> Tuple[Optional[tuple], Optional[str]]:
-    """((ScheduledFile, extents, stat), None) if the local file matches, else (None, why)."""
+    """((ScheduledFile, extents, stat), None) if the local file matches, else (None, why).
+
+    The schedule names the file by its real path, as the analyzer's do: the replayer never
+    follows a symlink in the last component (one there was put there since the analysis)."""
+    path = os.path.realpath(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | getattr(os, "O_NOATIME", 0))
     except FileNotFoundError:
         return None, "missing"
     except OSError as e:
