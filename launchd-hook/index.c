@@ -67,7 +67,7 @@ int ws_index_parse(struct ws_index *idx, const void *buf, size_t len)
 	return 0;
 }
 
-int ws_index_open(struct ws_index *idx, const char *path, int require_root)
+int ws_index_open(struct ws_index *idx, const char *path, uid_t owner)
 {
 	struct stat st;
 	void *map;
@@ -86,7 +86,7 @@ int ws_index_open(struct ws_index *idx, const char *path, int require_root)
 		close(fd);
 		return -EBADMSG;
 	}
-	if (require_root && (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+	if ((st.st_uid != 0 && st.st_uid != owner) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
 		close(fd);
 		return -EPERM;
 	}

@@ -58,10 +58,11 @@ struct ws_index {
 
 uint64_t ws_fnv1a64(const void *data, size_t len);
 
-/* Open and verify an index file. With require_root, refuses a file not owned by root or
- * writable by group/others, and never follows a symlink. Returns 0 or -errno
- * (-EPERM ownership, -EBADMSG bad magic/checksum/layout, -EPROTO unknown version). */
-int ws_index_open(struct ws_index *idx, const char *path, int require_root);
+/* Open and verify an index file: refuses a file owned by anyone but root and `owner` (pass 0
+ * to trust root only) or writable by group/others, checked on the file opened, and never
+ * follows a symlink. Returns 0 or -errno (-EPERM ownership, -EBADMSG bad magic/checksum/layout,
+ * -EPROTO unknown version). */
+int ws_index_open(struct ws_index *idx, const char *path, uid_t owner);
 /* Verify an index already in memory (used by ws_index_open and the C tests). */
 int ws_index_parse(struct ws_index *idx, const void *buf, size_t len);
 void ws_index_close(struct ws_index *idx);

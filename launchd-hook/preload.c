@@ -81,6 +81,27 @@ static void replayer_path(char *out, size_t size)
 	snprintf(out, size, "/usr/libexec/warmstart/warmstart-replay");
 }
 
+/* The replayer, opened for fexecve: a regular file owned by root or by us and writable by no one
+ * else, or -1. Its path may come from the environment (WARMSTART_REPLAYER), and an environment
+ * can cross users: `su` without `-` keeps it, and through /etc/ld.so.preload the shim is in the
+ * root shell that su starts. Another user's program must never run as us. The checks are made
+ * on the file that is then executed, so swapping the path afterwards changes nothing. No
+ * O_CLOEXEC: the interpreter of a #! script reads it through /dev/fd/N. */
+static int open_replayer(const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_PATH);
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != getuid()) ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 /* The environment for the replayer: ours without LD_PRELOAD (it must not hook itself). */
 static char **child_env(void)
 {
@@ -123,7 +144,7 @@ static int start_replayer(const char *replayer, const char *schedule)
 	chld_was_pending = sigismember(&pending, SIGCHLD);
 	mid = fork();
 	if (mid == 0) {
-		int null = open("/dev/null", O_RDWR);
+		int null = open("/dev/null", O_RDWR), exe;
 
 		setsid();
 		if (fork() != 0)
@@ -132,7 +153,8 @@ static int start_replayer(const char *replayer, const char *schedule)
 			_exit(127); /* no output from us, ever */
 		if (p[1] == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(p[1], 3) < 0)
 			_exit(127);
-		execve(replayer, argv, env);
+		if ((exe = open_replayer(replayer)) >= 0)
+			fexecve(exe, argv, env);
 		_exit(127);
 	}
 	if (mid < 0)
@@ -197,12 +219,9 @@ static void hook(void)
 		return;
 	if (!index_path || *index_path != '/')
 		index_path = DEFAULT_INDEX;
-	if (ws_index_open(&idx, index_path, 0) < 0)
-		return;
 	/* trust an index owned by root or by ourselves: the replayer runs as us either way */
-	if (fstatat(AT_FDCWD, index_path, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-	    (st.st_uid != 0 && st.st_uid != getuid()) || (st.st_mode & (S_IWGRP | S_IWOTH)))
-		goto out;
+	if (ws_index_open(&idx, index_path, getuid()) < 0)
+		return;
 	if (stat("/proc/self/exe", &st) < 0 || !ws_index_find(&idx, st.st_dev, st.st_ino))
 		goto out;
 	if (read_cmdline(cmdline, sizeof(cmdline), argv, &argc) < 0)

@@ -132,7 +132,7 @@ int main(void)
 		CHECK(ws_index_parse(&idx, b.buf, len) == -EBADMSG);
 	}
 	/* a missing file and a symlink are refused by ws_index_open */
-	CHECK(ws_index_open(&idx, "/nonexistent/hook.idx", 1) == -ENOENT);
+	CHECK(ws_index_open(&idx, "/nonexistent/hook.idx", 0) == -ENOENT);
 
 	printf("test-hook-index: %d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;

@@ -184,7 +184,7 @@ static void mark_paths(struct worker *w)
 static void load_index(struct worker *w)
 {
 	struct ws_index fresh;
-	int err = ws_index_open(&fresh, w->opt->index_path, 1);
+	int err = ws_index_open(&fresh, w->opt->index_path, 0);   /* root's only */
 
 	if (err) {
 		/* keep serving the previous index; a bad file must not stop the hook */

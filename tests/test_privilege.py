@@ -22,6 +22,7 @@ import pytest
 from conftest import require
 from replay_helpers import KIB, PAGE, REPLAY, _libc, build, cached_pages, evict, run_replayer
 from test_hook_daemon import live  # noqa: F401 (the fixture: warmstartd on the real kernel)
+from test_hook_preload import SHIM, index_for
 from warmstart.db import open_db
 
 # the system's interpreter: the user cannot run root's (pyenv's under /root, say)
@@ -182,6 +183,22 @@ def pages(path, kib=SECRET_KIB) -> int:
     return cached_pages(path, 0, kib * KIB)
 
 
+def replayers_gone(timeout=10.0) -> None:
+    """Wait until no build/warmstart-replay runs (the shim double-forks it: not our child)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                running |= os.readlink(f"/proc/{pid}/exe") == str(REPLAY)
+            except OSError:
+                pass
+        if not running:
+            return
+        time.sleep(0.02)
+    pytest.fail("the replayer did not finish")
+
+
 def test_warmstartd_replays_a_users_launch_with_the_users_rights(live, user_tree, tmp_path):
     """(a) A schedule naming a root-only file, and the user's launch of the app through the real
     daemon and replayer: the daemon starts the replayer with the launching user's ids, the
@@ -251,3 +268,49 @@ def test_a_file_renamed_over_a_scheduled_one_is_skipped_as_changed(user_tree, tm
     assert st["files_changed"] == 1 and st["files_opened"] == 0 and st["bytes_fetched"] == 0, st
     assert st["ranges_skipped_file"] == 1, st
     assert pages(t.own) == 0
+
+
+@pytest.mark.parametrize("owner", ["nobody", "daemon"], ids=["own-index", "another-users-index"])
+def test_through_the_shim_a_users_index_prefetches_only_that_users_files(user_tree, tmp_path, owner):
+    """(d) nobody's own schedule names the secret and a file of theirs, and their own index
+    (WARMSTART_INDEX) names their program; the shim starts the replayer in their process, so it
+    has their rights: their file comes in, the secret does not. An index owned by another user
+    (not root) is not used at all."""
+    require(SHIM.exists(), "libwarmstart-preload.so not built: run `make binaries`")
+    t = user_tree
+    export = build(open_db(tmp_path / "db"), [t.own, t.secret], [[(0, 0, 64), (1, 0, 64)]], t.home)
+    app = Path(shutil.copy("/bin/true", t.home / "app"))
+    idx = index_for(t.home, [app], os.fsdecode(export))
+    for p in (export, app):
+        os.chown(p, t.uid, t.gid)
+    pw = pwd.getpwnam(owner)
+    os.chown(idx, pw.pw_uid, pw.pw_gid)
+    for p in (t.own, t.secret):
+        evict(p)
+    r = as_user([app], env={"LD_PRELOAD": SHIM, "WARMSTART_INDEX": idx})
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    replayers_gone()
+    assert pages(t.secret) == 0
+    assert pages(t.own, 64) == (64 * KIB // PAGE if owner == "nobody" else 0)
+
+
+@pytest.mark.parametrize("owner", ["root", "nobody"])
+def test_the_shim_in_a_root_process_runs_only_a_replayer_root_owns(user_tree, owner):
+    """The user's environment can reach a root process (`su` without `-` keeps it, and the shim
+    is in every process when it is in /etc/ld.so.preload). WARMSTART_REPLAYER then names the
+    program the shim starts as root: one the user owns is not started; one root owns is."""
+    require(SHIM.exists(), "libwarmstart-preload.so not built: run `make binaries`")
+    t = user_tree
+    marker = t.top / "replayer-ran"
+    replayer = t.home / "replayer"
+    replayer.write_text(f"#!/bin/sh\ntouch {marker}\necho ready >&3\n")
+    replayer.chmod(0o755)
+    pw = pwd.getpwnam(owner)
+    os.chown(replayer, pw.pw_uid, pw.pw_gid)
+    app = Path(shutil.copy("/bin/true", t.top / "app"))
+    idx = index_for(t.top, [app], os.fsdecode(t.top / "none.wsr"))   # root's index
+    r = subprocess.run([str(app)], env={"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(SHIM),
+                                        "WARMSTART_INDEX": str(idx), "WARMSTART_REPLAYER": str(replayer)},
+                       capture_output=True, timeout=10)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    assert marker.exists() == (owner == "root")
