@@ -3,7 +3,6 @@ cycle), and the shared pieces (model.py, db/, devices.py, ...) import none of th
 
 import ast
 from collections import defaultdict
-from pathlib import Path
 
 from conftest import REPO
 
