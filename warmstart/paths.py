@@ -50,6 +50,21 @@ def open_private_append(path, text: bool = False):
         raise
 
 
+def replace_file(path, data: bytes, mode: int = PRIVATE_MODE) -> None:
+    """Give path the content `data` at once: written to PATH.tmp.PID beside it, then renamed over
+    it, so a reader, or the writer killed at any point, never sees it half-written (`hook
+    refresh` removes the temp files of writers that died before their rename)."""
+    tmp = f"{os.fspath(path)}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 def private_dir(path: Path) -> None:
     """Create directory path (and its parents) readable by its owner only, or make it so."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)

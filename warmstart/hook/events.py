@@ -13,15 +13,27 @@ from collections import Counter
 from typing import Dict
 
 from ..db.schedules import mark_stale
+from ..paths import replace_file
 from .layout import HookPaths
+
+
+def read_offset(path, paths: HookPaths) -> int:
+    """A reader's offset in the log; without a readable one, the current generation's start
+    (never the log's: what comes before it belongs to an earlier install, maybe of another
+    database)."""
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return generation(paths).get("events_offset", 0)
+
+
+def write_offset(path, offset: int) -> None:
+    replace_file(path, str(offset).encode())
 
 
 def read_new(paths: HookPaths):
     """Records appended since the last sync, and the new offset."""
-    try:
-        offset = int(paths.events_offset.read_text())
-    except (OSError, ValueError):
-        offset = 0
+    offset = read_offset(paths.events_offset, paths)
     try:
         with open(paths.events, "rb") as f:
             f.seek(0, 2)
@@ -42,6 +54,13 @@ def read_new(paths: HookPaths):
 
 
 def sync(conn, paths: HookPaths) -> Dict[str, int]:
+    """Mark the schedules the daemon found stale since the last sync. Only into the database of
+    the current install (its generation): the records name schedule ids of that database, which
+    in another one name other schedules (`hook install` of another database calls this first)."""
+    gen = generation(paths)
+    db_file = conn.execute("PRAGMA database_list").fetchone()[2]
+    if gen.get("db") and os.path.realpath(db_file) != gen["db"]:
+        return {"records": 0, "stale_marked": 0, "other_database": gen["db"]}
     records, offset = read_new(paths)
     stale = {}
     for r in records:
@@ -54,7 +73,7 @@ def sync(conn, paths: HookPaths) -> Dict[str, int]:
         mark_stale(conn, sid, reason=f"a scheduled file {what} (warmstartd)", at=at)
     outcomes = Counter(r.get("outcome") for r in records if r.get("event") == "launch")
     if records:
-        paths.events_offset.write_text(str(offset))
+        write_offset(paths.events_offset, offset)
     return {"records": len(records), "stale_marked": len(stale), **{f"launches_{k}": v for k, v in outcomes.items()}}
 
 
@@ -79,13 +98,11 @@ def start_generation(paths: HookPaths, db_path: str) -> dict:
            "started_at": time.time()}
     paths.state.mkdir(parents=True, exist_ok=True)
     for f in (paths.events_offset, paths.feedback_offset):
-        f.write_text(str(offset))
+        write_offset(f, offset)
     if paths.launches.is_dir():
         for f in paths.launches.iterdir():
             f.unlink(missing_ok=True)
-    tmp = paths.generation.with_suffix(".tmp")
-    tmp.write_text(json.dumps(gen))
-    os.replace(tmp, paths.generation)
+    replace_file(paths.generation, json.dumps(gen).encode(), 0o644)
     return gen
 
 
