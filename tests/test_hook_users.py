@@ -88,3 +88,38 @@ def test_a_user_sees_their_hooked_launches_and_gain_and_no_one_elses(tree):
     r = subprocess.run([USER_PYTHON, "-S", "-c", f"open({str(mine)!r}).read()"], capture_output=True, text=True,
                        user="daemon", cwd="/")
     assert r.returncode != 0 and "PermissionError" in r.stderr, r.stderr
+
+
+def test_a_full_view_is_trimmed_at_once_and_a_launch_is_added_once(tree):
+    """The view keeps its newer half when it grows past MAX_LINES lines' worth: written beside it
+    and renamed over it (a learner killed meanwhile leaves the old view whole, never a truncated
+    one), still the user's, 0600. A launch the learner adds again after a restart (once=True) is
+    not there twice."""
+    from warmstart.db import open_db
+    from warmstart.db.launches import insert_launch
+    from warmstart.hook.layout import HookPaths
+    from warmstart.hook.users import MAX_LINES, record_launch
+    paths = HookPaths(tree, tree / "var/lib/warmstart", tree / "run/warmstart", tree / "etc")
+    paths.users.mkdir(parents=True, mode=0o755)
+    conn = open_db(tree / "warmstart.db")
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', '/usr/bin/mail',"
+                       " '[]', ?)", (NOW,)).lastrowid
+    nobody = pwd.getpwnam("nobody").pw_uid
+    mine = paths.users / f"{nobody}.jsonl"
+    old = [json.dumps({"t": NOW, "app": "mail", "launch_s": 0.5, "n": i, "pad": "x" * 380}) + "\n"
+           for i in range(MAX_LINES + 10)]
+    mine.write_text("".join(old))
+    os.chown(mine, nobody, -1)
+    os.chmod(mine, 0o600)
+    before = mine.stat().st_ino
+    lid = insert_launch(conn, app_id=app, mode="hook", launch_time_s=0.4, started_at=NOW)
+    event = {"uid": nobody, "outcome": "ready", "held_ms": 30.0}
+    record_launch(conn, paths, event, lid)
+    st = mine.stat()
+    assert st.st_ino != before, "trimmed in place"
+    assert st.st_uid == nobody and stat.S_IMODE(st.st_mode) == 0o600
+    lines = mine.read_text().splitlines(keepends=True)
+    assert lines[:-1] == old[len(old) // 2:] and json.loads(lines[-1])["launch_id"] == lid
+    record_launch(conn, paths, event, lid, once=True)
+    assert mine.read_text().splitlines(keepends=True) == lines
+    assert list(paths.users.iterdir()) == [mine]

@@ -20,6 +20,7 @@ Limits: reads of files outside the schedule are not seen; a prefetched page the 
 touched cannot be told from a used one, so this is coverage of the launch's reads.
 """
 
+import json
 from typing import Dict, List, Optional, Tuple
 
 from ..db import launches
@@ -83,8 +84,26 @@ def bad_streak(history: List[dict]) -> int:
     return n
 
 
+def stored(conn, event: dict) -> Optional[Tuple[int, dict]]:
+    """The launches row already stored for this hooked launch, as (launch id, verdict), or None.
+    A launch is known by its replayer's report file (unique: schedule, pid and exec time in
+    ns): a learner killed after storing its row and before forgetting the launch finds it here
+    when it starts again, and does not judge it a second time."""
+    key = event.get("stats")
+    if not key:
+        return None
+    for lid, details in conn.execute(
+            "SELECT id, details_json FROM launches WHERE mode = 'hook' AND schedule_id = ?"
+            " AND instr(details_json, ?) > 0", (event["schedule_id"], json.dumps(key))):
+        d = json.loads(details)
+        if (d.get("hook_event") or {}).get("stats") == key:
+            return lid, d.get("feedback") or {}
+    return None
+
+
 def judge(conn, event: dict, stats: Optional[dict], cfg) -> Tuple[int, dict]:
-    """Store the launches row of one hooked launch; returns (launch id, verdict)."""
+    """Store the launches row of one hooked launch; returns (launch id, verdict). Run it in a
+    transaction: the row and the stale mark of a verdict that acts go together."""
     sid = event["schedule_id"]
     app_id = app_of_schedule(conn, sid)
     x, not_judged = measure(stats)

@@ -86,6 +86,8 @@ class HookPaths:
 
     @property
     def feedback_offset(self) -> Path:
+        """The learner's state: how far it read the events, and the launches not judged yet
+        (learner.py; a plain offset when `hook install` starts a generation)."""
         return self.state / "hook-events.feedback-offset"
 
     @property

@@ -31,11 +31,11 @@ import time
 from collections import deque
 from typing import Optional
 
-from ..db.connection import open_db
+from ..db.connection import open_db, transaction
 from ..db.schedules import newest_schedule_stale
 from ..errors import WarmstartError
-from ..paths import open_private_append
-from . import feedback, users
+from ..paths import open_private_append, replace_file
+from . import events, feedback, users
 from .config import HookConfig
 from .layout import HookPaths
 from ..signature import needles
@@ -238,7 +238,10 @@ class Learner:
         self.lock = threading.Lock()
         self.recording: Optional[str] = None
         self.pending: deque = deque()          # (app name, queued at)
-        self.waiting: list = []                # hooked launch records whose app still runs
+        self.waiting: list = []                # (hooked launch record, seen at): not judged yet
+        self.offset: Optional[int] = None      # how far the daemon's log is read (None: not loaded)
+        self.refresh_due = False               # a verdict marked a schedule stale: refresh the index
+        self.looked_up: set = set()            # reports found gone, their rows looked for once
         self.stopping = threading.Event()
         self.thread: Optional[threading.Thread] = None
 
@@ -326,11 +329,37 @@ class Learner:
             self._event({"event": "analyzed", "app": name, "error": str(e)})
 
     # ---- accuracy feedback
-    def collect_launches(self):
+    # What the learner has taken from the daemon's log survives it (a SIGKILL, a crash, a
+    # reboot): its state file (paths.feedback_offset) holds the offset it has read up to AND the
+    # launches read but not yet judged, replaced at once (never half-written) whenever either
+    # changes. A launch is forgotten only after its row and its user's line are stored (or its
+    # skip is recorded, with the reason): a launch stored and not yet forgotten when the learner
+    # was killed is recognised by its row (feedback.stored) and never judged twice. A state file
+    # that cannot be read means the generation's start: those launches are then recognised by
+    # their rows too.
+    def _load_feedback_state(self):
         try:
-            offset = int(self.paths.feedback_offset.read_text())
+            raw = json.loads(self.paths.feedback_offset.read_text())
         except (OSError, ValueError):
-            offset = 0
+            raw = None
+        if isinstance(raw, int):   # an offset alone: `hook install` starts a generation with it
+            raw = {"offset": raw}
+        if not isinstance(raw, dict) or not isinstance(raw.get("offset"), int):
+            raw = {"offset": events.generation(self.paths).get("events_offset", 0)}
+        self.offset = raw["offset"]
+        self.waiting = [(w["event"], w["seen"]) for w in raw.get("waiting", [])
+                        if isinstance(w, dict) and isinstance(w.get("event"), dict)]
+        self.refresh_due = bool(raw.get("refresh"))
+
+    def _save_feedback_state(self):
+        replace_file(self.paths.feedback_offset, json.dumps(
+            {"offset": self.offset, "waiting": [{"event": r, "seen": seen} for r, seen in self.waiting],
+             "refresh": self.refresh_due}).encode())
+
+    def collect_launches(self):
+        if self.offset is None:
+            self._load_feedback_state()
+        offset = self.offset
         try:
             with open(self.paths.events, "rb") as f:
                 f.seek(0, 2)
@@ -347,55 +376,93 @@ class Learner:
             except ValueError:
                 continue
             if r.get("event") == "launch" and r.get("stats"):
-                self.waiting.append((r, time.monotonic()))
-        if end:
-            self.paths.feedback_offset.write_text(str(offset + end))
+                self.waiting.append((r, time.time()))
+        if offset + end != self.offset:
+            self.offset = offset + end
+            self._save_feedback_state()
+
+    def _judge_one(self, r, stats):
+        """Store one launch's row (unless stored already) and its user's line; (id, verdict)."""
+        with self.db() as conn:
+            with transaction(conn):
+                known = feedback.stored(conn, r)
+                lid, v = known if known else feedback.judge(conn, r, stats, self.cfg)
+            try:
+                users.record_launch(conn, self.paths, r, lid, once=known is not None)
+            except OSError as e:
+                _log(f"the view of user {r.get('uid')} not updated: {e}")
+        return lid, v, known is not None
 
     def judge_finished(self):
-        relearn = False
-        keep = []
-        for r, seen in self.waiting:
+        if self.offset is None:
+            self._load_feedback_state()
+        changed, unsaved = 0, False
+        for item in list(self.waiting):
+            r, seen = item
             # the replayer writes its report once the app has exited (or after waiting
             # REPLAYER_JUDGE_WAIT_S for it), with the measurement taken there
             # (the file exists, empty, from the replayer's start: it is complete once it parses)
-            stats_file = r["stats"]
+            stats_file, stored_before = r["stats"], False
             try:
                 stats = json.loads(open(stats_file).read())
+            except FileNotFoundError:
+                # gone: this learner, killed, stored the launch and removed the report before it
+                # could forget the launch (look for its row, once); or the replayer wrote none
+                stats = None
+                if stats_file not in self.looked_up:
+                    self.looked_up.add(stats_file)
+                    try:
+                        with self.db() as conn:
+                            stored_before = feedback.stored(conn, r) is not None
+                    except Exception as e:
+                        _log(f"feedback for launch of schedule {r.get('schedule_id')}: {e}")
             except (OSError, ValueError):
                 stats = None
-            if stats is None and time.monotonic() - seen < REPLAYER_JUDGE_WAIT_S + 60:
-                keep.append((r, seen))
+            if stats is None and not stored_before and time.time() - seen < REPLAYER_JUDGE_WAIT_S + 60:
                 continue
             try:
-                with self.db() as conn:
-                    lid, v = feedback.judge(conn, r, stats, self.cfg)
-                    try:
-                        users.record_launch(conn, self.paths, r, lid)
-                    except OSError as e:
-                        _log(f"the view of user {r.get('uid')} not updated: {e}")
+                lid, v, again = self._judge_one(r, stats)
             except Exception as e:  # a schedule deleted meanwhile, a locked DB: skip this launch
                 _log(f"feedback for launch of schedule {r.get('schedule_id')} skipped: {e}")
-                continue
-            finally:
                 try:
-                    os.unlink(stats_file)
+                    self._event({"event": "feedback-skipped", "schedule_id": r.get("schedule_id"),
+                                 "stats": stats_file, "reason": f"{type(e).__name__}: {e}"})
                 except OSError:
                     pass
-            if not v["judged"]:
-                _log(f"hooked launch of schedule {r['schedule_id']}: launches row {lid}, not judged: "
-                     f"{v['not_judged']}")
+                lid, v, again = None, {}, False
+            try:
+                os.unlink(stats_file)
+            except OSError:
+                pass
+            self.waiting.remove(item)
+            self.looked_up.discard(stats_file)
+            self.refresh_due |= v.get("action") == "relearn"
+            changed += 1
+            unsaved = len(self.waiting) >= 100 and changed % 100   # a long backlog: not each time
+            if not unsaved:
+                self._save_feedback_state()
+            if lid is None:
                 continue
-            hit = "n/a" if v["hit_ratio"] is None else f"{v['hit_ratio']:.0%}"
-            _log(f"hooked launch of schedule {r['schedule_id']}: launches row {lid}, hit ratio {hit}, "
-                 f"missed {v['missed_bytes']} B" + (f"; bad ({v['reason']}), {v['bad_streak']} in a row"
-                                                     if v["bad"] else "")
-                 + (f"; {v['action']}" if v["action"] else ""))
-            relearn |= v["action"] == "relearn"
-        self.waiting = keep
-        if relearn:
+            what = f"hooked launch of schedule {r['schedule_id']}: launches row {lid}" + \
+                (" (stored before a restart)" if again else "")
+            if not v.get("judged"):
+                _log(f"{what}, not judged: {v.get('not_judged')}")
+                continue
+            hit = "n/a" if v.get("hit_ratio") is None else f"{v['hit_ratio']:.0%}"
+            _log(f"{what}, hit ratio {hit}, missed {v.get('missed_bytes')} B"
+                 + (f"; bad ({v['reason']}), {v['bad_streak']} in a row" if v.get("bad") else "")
+                 + (f"; {v['action']}" if v.get("action") else ""))
+        if unsaved:
+            self._save_feedback_state()
+        if self.refresh_due:
             from .manage import refresh
-            with self.db() as conn:
-                refresh(conn, self.paths)
+            try:
+                with self.db() as conn:
+                    refresh(conn, self.paths)
+            except (WarmstartError, OSError) as e:
+                _log(f"hook index not refreshed after a relearn verdict: {e}; run `warmstart hook refresh`")
+            self.refresh_due = False
+            self._save_feedback_state()
 
     # ---- main loop
     def serve(self, stop: threading.Event):
@@ -403,6 +470,8 @@ class Learner:
         # `hook install` started it directly (no systemd)
         if os.getpriority(os.PRIO_PROCESS, 0) < LEARNER_NICE:
             os.setpriority(os.PRIO_PROCESS, 0, LEARNER_NICE)
+        from .manage import remove_orphaned_temp_files
+        remove_orphaned_temp_files(self.paths.state)   # a killed learner's state file, half-written
         path = str(self.paths.learner_sock)
         try:
             os.unlink(path)

@@ -24,8 +24,8 @@ def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
     for f in paths.schedules.glob("*.wsr"):  # exports of forgotten apps and older schedules
         if str(f) not in in_use:
             f.unlink(missing_ok=True)
-    for d in (paths.state, paths.schedules):
-        _remove_orphaned_temp_files(d)
+    for d in (paths.state, paths.schedules, paths.users):
+        remove_orphaned_temp_files(d)
     launchers = {e.schedule_id: os.fsdecode(e.exe) for e in index.entries if e.launcher}
     return {"index": str(paths.index), "entries": [
         {"app": e.name, "schedule_id": e.schedule_id, "hold_ms": e.hold_ms,
@@ -34,9 +34,11 @@ def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
         "skipped": [{"app": s.app, "reason": s.reason} for s in skipped], "learn": cfg.learn}
 
 
-def _remove_orphaned_temp_files(directory) -> None:
-    """NAME.tmp.PID files (index.write_index, export.write_export) of writers no longer alive:
-    what a writer killed between writing and renaming leaves."""
+def remove_orphaned_temp_files(directory) -> None:
+    """NAME.tmp.PID files (index.write_index, export.write_export, paths.replace_file, the users'
+    views) of writers no longer alive: what a writer killed between writing and renaming leaves."""
+    if not directory.is_dir():
+        return
     for f in directory.glob("*.tmp.*"):
         pid = f.name.rpartition(".tmp.")[2]
         if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):

@@ -1,8 +1,9 @@
 """What the system hook does for each user, kept for that user alone.
 
 The learner (root) appends one line per judged hooked launch to `users/<uid>.jsonl` in the hook's
-state directory: the app's name, when, the exec-to-exit time, the hook's outcome and hold, and
-the app's recorded cold launch time. No command lines and no file names. The file belongs to the
+state directory: the app's name, when, the exec-to-exit time, the hook's outcome and hold, the
+app's recorded cold launch time and the launch's row id (so a restarted learner adds it once).
+No command lines and no file names. The file belongs to the
 user (mode 0600) in a directory only root writes, so the user and root read it, nobody else; the
 system database and logs stay root's (docs/security.md). `warmstart hook status` and `warmstart
 report`, run by that user, show it: which of their apps the system hook prefetches, and the gain.
@@ -29,8 +30,10 @@ def _file(paths: HookPaths, uid: int):
     return paths.users / f"{int(uid)}.jsonl"
 
 
-def record_launch(conn, paths: HookPaths, event: dict, launch_id: int) -> None:
-    """Append the launch the learner just stored (launches row launch_id) to its user's view."""
+def record_launch(conn, paths: HookPaths, event: dict, launch_id: int, once: bool = False) -> None:
+    """Append the launch the learner just stored (launches row launch_id) to its user's view.
+    once: unless the view has it already (a learner killed between the row and its line, or
+    after both, does it again when it starts again)."""
     uid = event.get("uid")
     row = launches_db.get_launch(conn, launch_id)
     if uid is None or row is None or row.get("app_id") is None:
@@ -39,7 +42,8 @@ def record_launch(conn, paths: HookPaths, event: dict, launch_id: int) -> None:
     cold = [r["launch_time_s"] for r in cold_recordings(conn, [app["name"]]) if r["launch_time_s"]]
     line = {"t": row["started_at"] or time.time(), "app": app["name"], "launch_s": row["launch_time_s"],
             "outcome": event.get("outcome"), "held_ms": event.get("held_ms"),
-            "cold_s": statistics.median(cold) if cold else None}
+            "cold_s": statistics.median(cold) if cold else None, "launch_id": launch_id}
+    data = (json.dumps(line, sort_keys=True) + "\n").encode()
     paths.users.mkdir(mode=0o755, exist_ok=True)
     path = _file(paths, uid)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_MODE)
@@ -50,15 +54,30 @@ def record_launch(conn, paths: HookPaths, event: dict, launch_id: int) -> None:
         if st.st_uid != uid or st.st_mode & 0o077:
             os.fchown(fd, uid, -1)
             os.fchmod(fd, PRIVATE_MODE)
-        if st.st_size > MAX_LINES * 400:   # keep the newer half
-            with os.fdopen(os.dup(fd), "r+b") as f:
-                lines = f.read().splitlines(keepends=True)
-                f.seek(0)
-                f.truncate()
-                f.writelines(lines[len(lines) // 2:])
-        os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+        if once or st.st_size > MAX_LINES * 400:
+            with os.fdopen(os.dup(fd), "rb") as f:
+                old = f.read()
+            if once and f'"launch_id": {int(launch_id)},'.encode() in old:
+                return
+            if st.st_size > MAX_LINES * 400:   # keep the newer half, replaced at once (never half-trimmed)
+                lines = old.splitlines(keepends=True)
+                _replace_view(path, b"".join(lines[len(lines) // 2:]) + data, uid)
+                return
+        os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def _replace_view(path, data: bytes, uid: int) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_MODE)
+    try:
+        os.fchown(fd, uid, -1)
+        os.fchmod(fd, PRIVATE_MODE)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def view(paths: HookPaths, uid: Optional[int] = None) -> dict:
