@@ -117,6 +117,13 @@ def report_rows(conn: sqlite3.Connection, names: Sequence[str] = (), bench_id: O
         ORDER BY a.name, l.started_at, l.id""", args).fetchall()
 
 
+def hook_launches_mentioning(conn: sqlite3.Connection, schedule_id: int, text: str) -> List[dict]:
+    """The schedule's hooked launches whose details contain `text` (as dicts, details parsed)."""
+    return [_as_dict(r) for r in conn.execute(
+        "SELECT * FROM launches WHERE mode = 'hook' AND schedule_id = ? AND instr(details_json, ?) > 0",
+        (schedule_id, text))]
+
+
 def latest_bench_id(conn: sqlite3.Connection) -> Optional[str]:
     row = conn.execute("SELECT bench_id FROM launches WHERE bench_id IS NOT NULL "
                        "ORDER BY started_at DESC, id DESC LIMIT 1").fetchone()

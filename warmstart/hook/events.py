@@ -12,6 +12,7 @@ import uuid
 from collections import Counter
 from typing import Dict
 
+from ..db.connection import database_file
 from ..db.schedules import mark_stale
 from ..paths import replace_file
 from .layout import HookPaths
@@ -58,7 +59,7 @@ def sync(conn, paths: HookPaths) -> Dict[str, int]:
     the current install (its generation): the records name schedule ids of that database, which
     in another one name other schedules (`hook install` of another database calls this first)."""
     gen = generation(paths)
-    db_file = conn.execute("PRAGMA database_list").fetchone()[2]
+    db_file = database_file(conn)
     if gen.get("db") and os.path.realpath(db_file) != gen["db"]:
         return {"records": 0, "stale_marked": 0, "other_database": gen["db"]}
     records, offset = read_new(paths)

@@ -92,12 +92,10 @@ def stored(conn, event: dict) -> Optional[Tuple[int, dict]]:
     key = event.get("stats")
     if not key:
         return None
-    for lid, details in conn.execute(
-            "SELECT id, details_json FROM launches WHERE mode = 'hook' AND schedule_id = ?"
-            " AND instr(details_json, ?) > 0", (event["schedule_id"], json.dumps(key))):
-        d = json.loads(details)
+    for row in launches.hook_launches_mentioning(conn, event["schedule_id"], json.dumps(key)):
+        d = row["details"]
         if (d.get("hook_event") or {}).get("stats") == key:
-            return lid, d.get("feedback") or {}
+            return row["id"], d.get("feedback") or {}
     return None
 
 
