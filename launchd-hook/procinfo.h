@@ -7,6 +7,8 @@
 
 #define WS_ARGV_MAX 64
 #define WS_ARGV_BYTES 8192
+/* how long ws_exec_argv waits for the exec'ing task to go to sleep on its permission event */
+#define WS_EXEC_ARGV_WAIT_US 20000
 
 struct ws_argv {
 	int argc;
@@ -17,7 +19,8 @@ struct ws_argv {
 /* The argv the process passed to the execve/execveat it is blocked in. At exec-open time
  * /proc/<pid>/cmdline still shows the OLD program's arguments (the new mm is not installed
  * yet), so read the syscall's argv pointer from /proc/<pid>/syscall and the strings from the
- * old mm with process_vm_readv. Returns 0 or -errno (-ENOEXEC: not in execve). */
+ * old mm with process_vm_readv. Returns 0 or -errno (-ENOEXEC: not in execve; -EAGAIN: the task
+ * was still on the CPU after WS_EXEC_ARGV_WAIT_US). */
 int ws_exec_argv(pid_t pid, struct ws_argv *out);
 
 /* /proc/<pid>/cmdline split into argv (what the kernel shows right now). */

@@ -405,7 +405,9 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 	}
 	/* a recorded executable: read the argv it is being exec'd with (for signatures) */
 	av = malloc(sizeof(*av));
-	if (av && ws_exec_argv(m->pid, av) < 0) {
+	if (av && (err = ws_exec_argv(m->pid, av)) < 0) {
+		ws_log("pid %d: the argv of its exec is unreadable (%s): no argv signature can match",
+		       (int)m->pid, strerror(-err));
 		free(av);
 		av = NULL;
 	}
