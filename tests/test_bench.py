@@ -11,10 +11,11 @@ import os
 from click.testing import CliRunner
 
 from conftest import have_fuse, have_loop, have_tracefs, require
+from warmstart.bench import apps
 from warmstart.cli import cli
 from warmstart.db import open_db
 from warmstart.paths import libexec_dir
-from warmstart.report import apps, markdown
+from warmstart.report import markdown
 
 
 def test_catalogue_and_app_parsing():

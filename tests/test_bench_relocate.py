@@ -12,10 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import have_fuse, have_loop, have_tracefs, require
+from warmstart.bench import relocation
 from warmstart.cli import cli
 from warmstart.db import open_db
 from warmstart.paths import libexec_dir
-from warmstart.report import markdown, relocation
+from warmstart.report import markdown
 
 
 def test_targets_from_per_app_numbers():

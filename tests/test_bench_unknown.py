@@ -11,10 +11,11 @@ import json
 from click.testing import CliRunner
 
 from conftest import have_fuse, have_loop, have_tracefs, require
+from warmstart.bench import unknown
 from warmstart.cli import cli
 from warmstart.db import open_db
 from warmstart.paths import libexec_dir
-from warmstart.report import markdown, unknown
+from warmstart.report import markdown
 
 
 def test_targets_choose_one_mechanism_for_all_apps():

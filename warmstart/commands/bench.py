@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
+from ..bench import apps as appcat
+from ..bench.matrix import ALL_MODES, DISKS, BenchConfig, run_bench
 from ..cli import emit, json_option
 from ..paths import REPO_ROOT
-from ..report import apps as appcat
-from ..report.bench import ALL_MODES, DISKS, BenchConfig, run_bench
 from ..report.markdown import render
 
 

@@ -138,7 +138,7 @@ def _n(v):
 
 
 def relocation_section(rel: dict) -> list:
-    """The "relocation" table: issue 9's targets, measured in the same bench run (relocation.py)."""
+    """The "relocation" table: issue 9's targets, measured in the same bench run (bench/relocation.py)."""
     lines = ["", "## Relocation (issue 9)", "",
              "Same bench run: the matrix above is \"before\"; then the apps were relocated on the emulated "
              "disk and measured again. Times in s, median (min–max); seeks = disk-model requests that "
@@ -188,7 +188,7 @@ def render_unknown(doc: dict, command: str = "") -> str:
 
 
 def unknown_section(u: dict) -> list:
-    """Never-seen launches: cold vs each fallback mechanism, accuracy and waste (report/unknown.py)."""
+    """Never-seen launches: cold vs each fallback mechanism, accuracy and waste (bench/unknown.py)."""
     modes = u["modes"]
     res = u.get("results") or {"apps": {}, "targets": [], "per_mechanism": {}, "chosen": None}
     lines = ["", "## Apps never recorded: speculation and online prefetching", "",

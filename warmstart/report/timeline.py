@@ -2,7 +2,7 @@
 
 Two sources:
 - a launch row whose details_json carries a "timeline" sampled by `warmstart bench`
-  (report/sampler.py: system CPU and device busy time every few ms, request LBAs from tracefs);
+  (bench/sampler.py: system CPU and device busy time every few ms, request LBAs from tracefs);
 - a recording: its block requests give disk busy intervals and LBAs, and each request's c_i
   (app CPU since the previous completion) is spread over the gap before that request.
 """

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 
 from ..db import launches as launches_db
 from ..db.recordings import upsert_app
-from . import stats
+from ..report import stats
 
 MECHS = ("none", "spec", "online", "both")
 TARGET_MEDIAN = 0.85

@@ -32,7 +32,8 @@ from ..paths import helper_binary
 from ..recorder.coldcache import drop_caches
 from ..replay.export import block_device_node
 from ..replay.runner import run_launch
-from . import apps as appcat, stats, summary
+from ..report import stats, summary
+from . import apps as appcat
 from .sampler import LaunchSampler, block_name
 
 ALL_MODES = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "segmented-paper", "segmented", "warm",
@@ -328,7 +329,7 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
                         conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until))
                     tick(f"rep {rep + 1} {app.name} {mode}")
         if prepared and "hook" in cfg.modes:
-            from .benchhook import run_hook_mode
+            from .hookmode import run_hook_mode
             run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate_schedule, tick, say)
         if prepared:
             activate_all = [(n, i["schedules"]["ours"]) for _, n, _, _, i in prepared.values()]
@@ -345,7 +346,7 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
     if "relocation" in doc:
         doc["relocation"]["results"] = relocation.results(conn, bench_id, doc)
     if cfg.markdown:
-        from .markdown import write_markdown
+        from ..report.markdown import write_markdown
         write_markdown(doc, cfg.markdown)
     return doc
 

@@ -21,7 +21,7 @@ import time
 from typing import Callable, Optional
 
 from ..errors import WarmstartError
-from . import stats, summary
+from ..report import stats, summary
 
 AFTER_MODES = ("reorder", "segmented")
 ONE_MODE = "segmented"
