@@ -6,10 +6,12 @@ pass (build/warmstart-probe, O_DIRECT), then `reps` repetitions of every mode, r
 apps and modes within a repetition so drift hits all modes alike. Every launch is checked against
 the reference run (exit status and output) and stored in `launches` under one bench_id.
 
-record and analyze run as the real CLI commands (a subprocess each, once per app): they are the
-interface those stages promise, and their cost is outside every measured launch.
+record and analyze run in this process, once per app, through the library calls their commands
+make (record_once, analyze) with the options the bench always gave those commands; their cost
+is outside every measured launch. Only the run-cli mode starts the CLI, to time it as typed.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -20,16 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
+from ..analyzer.analyze import Options as AnalyzeOptions, analyze
 from ..analyzer.probe import check_direct, device_path
 from ..analyzer.profile import measure, measure_through_file
-from ..db import launches as launches_db
+from ..db import connection, launches as launches_db, open_db
 from ..db.profiles import latest_profile, save_profile
-from ..db.recordings import get_app, list_recordings, load_block_requests
+from ..db.recordings import get_app, get_recording, list_recordings, load_block_requests
 from ..db.schedules import activate_schedule, list_schedules
 from ..errors import WarmstartError
+from ..hook import manage as hook_manage
 from ..launching import parse_until
 from ..paths import helper_binary
 from ..recorder.coldcache import drop_caches
+from ..recorder.recorder import RecordOptions, record_once
 from ..replay.export import block_device_node
 from ..replay.runner import run_launch
 from ..report import stats, summary
@@ -140,31 +145,46 @@ def make_cold(dut) -> None:
             subprocess.run([tool, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _cli(db_path, *args, timeout=900) -> dict:
-    """Run a warmstart subcommand with --json against the bench's database; its JSON output."""
-    argv = [sys.executable, "-m", "warmstart", "--db", str(db_path), *args]
-    r = subprocess.run(argv, capture_output=True, timeout=timeout)
-    if r.returncode != 0:
-        raise WarmstartError(f"`warmstart {' '.join(args[:3])} ...` failed during bench: "
-                             f"{r.stderr.decode(errors='replace').strip()[-500:]}")
+@contextlib.contextmanager
+def _stage(what: str):
+    """A stage's user error, named as the command the bench used to run for it."""
     try:
-        return json.loads(r.stdout)
-    except ValueError:
-        raise WarmstartError(f"`warmstart {args[0]}` printed no JSON: {r.stdout[:200]!r}")
+        yield
+    except WarmstartError as e:
+        raise WarmstartError(f"`warmstart {what} ...` failed during bench: {e}") from e
 
 
-def _find(doc, key):
-    """The first value of key anywhere in a JSON document (the recorder's layout may nest it)."""
-    if isinstance(doc, dict):
-        if key in doc:
-            return doc[key]
-        doc = list(doc.values())
-    if isinstance(doc, list):
-        for v in doc:
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
+def record(conn, name: str, argv) -> int:
+    """`warmstart record --name NAME --cold none --json -- ARGV`: the recorder's call with that
+    command's options and defaults (one run, until exit, 60 s timeout, a warm run, no output
+    passed through, its messages unshown). The caller has made the cache cold. Returns the
+    recording's id."""
+    opts = RecordOptions(until=parse_until("exit"), cold="none", passthrough=False)
+    with _stage(f"record --name {name}"):
+        return record_once(conn, name, list(argv), opts, say=lambda msg: None)
+
+
+def analyze_app(conn, name: str, **options) -> dict:
+    """`warmstart analyze NAME [options] --json`: the analyzer's call with that command's
+    defaults, then the hook index refresh the command makes after it. Returns its report."""
+    with _stage(f"analyze {name} --algorithm {options.get('algorithm', 'optimal')}"):
+        r = analyze(conn, name, AnalyzeOptions(**options))
+    hook_manage.refresh_if_installed(conn)  # as the command does (a no-op unless a hook index exists)
+    return r
+
+
+@contextlib.contextmanager
+def scratch_db():
+    """A throw-away database, and the process's last-opened database as it was afterwards (error
+    messages name the bench's own)."""
+    last = connection.last_opened
+    with tempfile.TemporaryDirectory(prefix="warmstart-bench-") as tmp:
+        conn = open_db(Path(tmp) / "scratch.db")
+        try:
+            yield conn
+        finally:
+            conn.close()
+            connection.last_opened = last
 
 
 def recording_matches(conn, name: str, fs_dev: int) -> bool:
@@ -298,13 +318,12 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
             else:
                 say(f"recording {name}")
                 make_cold(dut)
-                _cli(db_path, "record", "--name", name, "--cold", "none", "--json", "--", *argv)
+                record(conn, name, argv)
                 info["recorded"] = "now"
             say(f"analyzing {name} (plain, paper and ours)")
-            _cli(db_path, "analyze", name, "--algorithm", "reorder", "--no-file-metadata", "--no-gap-merge",
-                 "--keep-unused", "--json")
-            _cli(db_path, "analyze", name, "--algorithm", "paper", "--json")
-            _cli(db_path, "analyze", name, "--json")
+            analyze_app(conn, name, algorithm="reorder", file_metadata=False, gap_merge=False, trim_unused=False)
+            analyze_app(conn, name, algorithm="paper")
+            analyze_app(conn, name)
             scheds = list_schedules(conn, name)
             info["schedules"] = {}
             for kind, algos in (("plain", ("reorder",)), ("paper", ("paper",)), ("ours", ("optimal",))):
@@ -355,14 +374,12 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
     """One measured launch of app in mode, checked against the reference run and stored."""
     if mode == "cold-traced":
         # The recorder's own cold launch, traced, stored in a scratch database: its tracing overhead.
-        with tempfile.TemporaryDirectory(prefix="warmstart-bench-") as tmp:
+        with scratch_db() as scratch:
             make_cold(dut)
-            out = _cli(Path(tmp) / "scratch.db", "record", "--name", name, "--cold", "none", "--json",
-                       "--", *argv)
-        t = _find(out, "launch_time_s")
-        status = _find(out, "exit_status")
+            rec = get_recording(scratch, record(scratch, name, argv))
+            t, status = rec["launch_time_s"], rec["exit_status"]
         if t is None:
-            doc["problems"].append(f"{app.name} cold-traced: the recorder's JSON has no launch_time_s")
+            doc["problems"].append(f"{app.name} cold-traced: the recording has no launch_time_s")
             return
         launches_db.insert_launch(conn, app_id=_app_id(conn, name), mode="cold-traced", disk=cfg.label,
                                   launch_time_s=float(t), exit_status=status, bench_id=bench_id,
