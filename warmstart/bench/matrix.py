@@ -27,7 +27,8 @@ from ..analyzer.probe import check_direct, device_path
 from ..analyzer.profile import measure, measure_through_file
 from ..db import connection, launches as launches_db, open_db
 from ..db.profiles import latest_profile, save_profile
-from ..db.recordings import get_app, get_recording, list_recordings, load_block_requests
+from ..db.recordings import (get_app, get_recording, latest_ok_recording_id, list_recordings, load_block_requests,
+                             recorded_files_on)
 from ..db.schedules import activate_schedule, list_schedules
 from ..errors import WarmstartError
 from ..hook import manage as hook_manage
@@ -190,12 +191,10 @@ def scratch_db():
 def recording_matches(conn, name: str, fs_dev: int) -> bool:
     """Is the app's latest recording of files on this very file system (same dev, inodes, sizes)?
     An emulated disk brought up again may get another loop device: then it must be re-recorded."""
-    row = conn.execute("SELECT r.id FROM recordings r JOIN apps a ON a.id = r.app_id WHERE a.name = ?"
-                       " AND r.status = 'ok' ORDER BY r.id DESC LIMIT 1", (name,)).fetchone()
-    if row is None:
+    rid = latest_ok_recording_id(conn, name)
+    if rid is None:
         return False
-    files = conn.execute("SELECT path, ino, size FROM recording_files WHERE recording_id = ? AND dev = ?"
-                         " AND path IS NOT NULL LIMIT 50", (row[0], fs_dev)).fetchall()
+    files = recorded_files_on(conn, rid, fs_dev, limit=50)
     if not files:
         return False
     for path, ino, size in files:
@@ -259,12 +258,6 @@ def _segment_ends(replay: Optional[dict]) -> list:
     base = replay.get("start_mono_ns") or 0
     return [base + s["t_end_ns"] if s["t_end_ns"] < base else s["t_end_ns"]
             for s in replay["segments"] if s.get("t_end_ns")]
-
-
-def _store_timeline(conn, launch_id: int, tl: dict) -> None:
-    # The one write bench makes to a stored launch: the sampled timeline for the report's figure.
-    conn.execute("UPDATE launches SET details_json = json_set(details_json, '$.timeline', json(?)) WHERE id = ?",
-                 (json.dumps(tl), launch_id))
 
 
 def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = print,
@@ -381,7 +374,7 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
         if t is None:
             doc["problems"].append(f"{app.name} cold-traced: the recording has no launch_time_s")
             return
-        launches_db.insert_launch(conn, app_id=_app_id(conn, name), mode="cold-traced", disk=cfg.label,
+        launches_db.insert_launch(conn, app_id=get_app(conn, name)["id"], mode="cold-traced", disk=cfg.label,
                                   launch_time_s=float(t), exit_status=status, bench_id=bench_id,
                                   details={"rep": rep, "source": "warmstart record (scratch db)"})
         if status is not None and status != ref.exit_status:
@@ -415,7 +408,8 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
     replay = out.replay_stats
     if sampler and out.launch_id:
         t0 = (replay or {}).get("start_mono_ns") or sampler.start_ns
-        _store_timeline(conn, out.launch_id, sampler.timeline(dut.dev_sectors, _segment_ends(replay), t0))
+        launches_db.set_launch_timeline(conn, out.launch_id,
+                                        sampler.timeline(dut.dev_sectors, _segment_ends(replay), t0))
     where = f"{app.name} {mode} rep {rep + 1}"
     if out.exit_status != ref.exit_status:
         doc["problems"].append(f"{where}: exit status {out.exit_status}, plain run {ref.exit_status}")
@@ -438,16 +432,12 @@ def _measure_cli_run(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, arg
     except ValueError:
         doc["problems"].append(f"{where}: `warmstart run` printed no JSON (exit {p.returncode}): {p.stderr[-300:]!r}")
         return
-    launches_db.insert_launch(conn, app_id=_app_id(conn, name), mode="run-cli", disk=cfg.label,
+    launches_db.insert_launch(conn, app_id=get_app(conn, name)["id"], mode="run-cli", disk=cfg.label,
                               launch_time_s=outside, exit_status=reported.get("exit_status"), bench_id=bench_id,
                               details={"rep": rep, "reported_launch_time_s": reported.get("launch_time_s"),
                                        "startup_overhead_s": outside - (reported.get("launch_time_s") or 0)})
     if reported.get("exit_status") != ref.exit_status:
         doc["problems"].append(f"{where}: exit status {reported.get('exit_status')}, plain run {ref.exit_status}")
-
-
-def _app_id(conn, name):
-    return conn.execute("SELECT id FROM apps WHERE name = ?", (name,)).fetchone()[0]
 
 
 def _host_block(fs_dev: int) -> str:

@@ -14,12 +14,13 @@ before it (after a sync) to its end, and stored in the launch's details.disk_sta
 the prefetch plus those of the app's own reads the prefetch missed.
 """
 
-import json
 import os
 import statistics
 import time
 from typing import Callable, Optional
 
+from ..db import launches as launches_db
+from ..db.schedules import active_schedule_summary
 from ..errors import WarmstartError
 from ..report import stats, summary
 
@@ -37,21 +38,16 @@ def counted(conn, dut, bench_id: str, mode: str, run: Callable[[], None], label:
     if counting:
         os.sync()               # write-back of earlier launches must not count as this launch's
         dut.emu.reset_stats()
-    last = _last_launch(conn, bench_id)
+    last = launches_db.last_bench_launch_id(conn, bench_id)
     n_problems = len(problems) if problems is not None else 0
     run()
     if problems is not None and label:
         problems[n_problems:] = [f"[{label}] {p}" for p in problems[n_problems:]]
-    new = _last_launch(conn, bench_id)
+    new = launches_db.last_bench_launch_id(conn, bench_id)
     if new == last:
         return  # nothing stored (the problem is in doc["problems"])
     disk = dut.emu.stats() if counting else None
-    conn.execute("UPDATE launches SET mode = COALESCE(?, mode), details_json = json_set(details_json,"
-                 " '$.disk_stats', json(?)) WHERE id = ?", (label, json.dumps(disk), new))
-
-
-def _last_launch(conn, bench_id: str) -> int:
-    return conn.execute("SELECT COALESCE(MAX(id), 0) FROM launches WHERE bench_id = ?", (bench_id,)).fetchone()[0]
+    launches_db.set_launch_disk_stats(conn, new, disk, mode=label)
 
 
 def check_config(cfg) -> None:
@@ -117,12 +113,10 @@ def _report_facts(rep) -> dict:
 
 
 def _active(conn, name: str) -> dict:
-    row = conn.execute("SELECT s.id, s.algorithm, s.t_exp_s, (SELECT COUNT(*) FROM segments g WHERE"
-                       " g.schedule_id = s.id) FROM schedules s JOIN apps a ON a.id = s.app_id"
-                       " WHERE a.name = ? AND s.active = 1", (name,)).fetchone()
-    if row is None:
+    active = active_schedule_summary(conn, name)
+    if active is None:
         raise WarmstartError(f"{name} has no active schedule after relocation: see `warmstart show {name}`")
-    return {"id": row[0], "algorithm": row[1], "t_exp_s": row[2], "segments": row[3]}
+    return active
 
 
 # ---- results ---------------------------------------------------------------------------------

@@ -77,14 +77,10 @@ def _median(values) -> Optional[float]:
 def results(conn, bench_id: str) -> dict:
     """Per app and mechanism: time spread, ratio to cold, accuracy, waste (medians over reps,
     also per mechanism of the union); then the targets."""
-    rows = conn.execute("SELECT a.name, l.mode, l.launch_time_s, l.exit_status, l.details_json FROM launches l"
-                        " JOIN apps a ON a.id = l.app_id WHERE l.bench_id = ? AND l.mode LIKE 'unknown-%'",
-                        (bench_id,)).fetchall()
-    import json
     by: Dict[str, Dict[str, List]] = {}
-    for name, mode, t, status, details in rows:
+    for name, mode, t, status, details in launches_db.bench_launches_with_mode_prefix(conn, bench_id, "unknown-"):
         base = name.rsplit("-", 1)[0]
-        by.setdefault(base, {}).setdefault(mode, []).append((t, status, json.loads(details or "{}")))
+        by.setdefault(base, {}).setdefault(mode, []).append((t, status, details))
     per_app = {}
     for base, modes in sorted(by.items()):
         a = {"times": {}, "ratio": {}, "accuracy": {}, "waste": {}, "by_mechanism": {}, "failed_launches": 0,

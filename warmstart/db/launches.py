@@ -54,6 +54,33 @@ def last_launch_id(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT coalesce(max(id), 0) FROM launches").fetchone()[0]
 
 
+def last_bench_launch_id(conn: sqlite3.Connection, bench_id: str) -> int:
+    """The newest launch stored under the bench run, 0 if none."""
+    return conn.execute("SELECT COALESCE(MAX(id), 0) FROM launches WHERE bench_id = ?", (bench_id,)).fetchone()[0]
+
+
+def bench_launches_with_mode_prefix(conn: sqlite3.Connection, bench_id: str, prefix: str) -> List[tuple]:
+    """(app name, mode, launch_time_s, exit_status, details) of the bench run's launches whose mode
+    starts with prefix (a LIKE pattern: no % or _ in it)."""
+    return [(r[0], r[1], r[2], r[3], json.loads(r[4] or "{}")) for r in conn.execute(
+        "SELECT a.name, l.mode, l.launch_time_s, l.exit_status, l.details_json FROM launches l"
+        " JOIN apps a ON a.id = l.app_id WHERE l.bench_id = ? AND l.mode LIKE ?", (bench_id, prefix + "%"))]
+
+
+def set_launch_timeline(conn: sqlite3.Connection, launch_id: int, timeline: dict) -> None:
+    """Add a stored launch's sampled timeline (bench's repetition 1, for the report's figure) to its details."""
+    conn.execute("UPDATE launches SET details_json = json_set(details_json, '$.timeline', json(?)) WHERE id = ?",
+                 (json.dumps(timeline), launch_id))
+
+
+def set_launch_disk_stats(conn: sqlite3.Connection, launch_id: int, disk_stats: Optional[dict],
+                          mode: Optional[str] = None) -> None:
+    """Add the emulated disk's counts over a stored launch to its details (null if not counted);
+    with mode, store the launch under that mode instead."""
+    conn.execute("UPDATE launches SET mode = COALESCE(?, mode), details_json = json_set(details_json,"
+                 " '$.disk_stats', json(?)) WHERE id = ?", (mode, json.dumps(disk_stats), launch_id))
+
+
 def unclaimed_hook_launch(conn: sqlite3.Connection, app_id: int, after_id: int) -> Optional[dict]:
     """The first hooked launch of the app stored after `after_id` by the learner (no bench run yet)."""
     row = conn.execute("SELECT * FROM launches WHERE app_id = ? AND mode = 'hook' AND bench_id IS NULL AND id > ?"

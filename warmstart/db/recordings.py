@@ -220,6 +220,20 @@ def get_recording(conn: sqlite3.Connection, recording_id: int) -> Optional[sqlit
     return conn.execute("SELECT * FROM recordings WHERE id = ?", (recording_id,)).fetchone()
 
 
+def latest_ok_recording_id(conn: sqlite3.Connection, app_name: str) -> Optional[int]:
+    """The id of the app's newest recording whose status is ok, or None."""
+    row = conn.execute("SELECT r.id FROM recordings r JOIN apps a ON a.id = r.app_id WHERE a.name = ?"
+                       " AND r.status = 'ok' ORDER BY r.id DESC LIMIT 1", (app_name,)).fetchone()
+    return None if row is None else row[0]
+
+
+def recorded_files_on(conn: sqlite3.Connection, recording_id: int, dev: int, limit: int = 50) -> List[tuple]:
+    """(path, ino, size) of at most `limit` files of the recording on device dev that have a path."""
+    return [tuple(r) for r in conn.execute(
+        "SELECT path, ino, size FROM recording_files WHERE recording_id = ? AND dev = ?"
+        " AND path IS NOT NULL LIMIT ?", (recording_id, dev, limit))]
+
+
 def recording_env(row) -> Dict:
     return json.loads(row["env_json"])
 

@@ -114,6 +114,14 @@ def list_schedules(conn: sqlite3.Connection, app_name: str) -> List[dict]:
         " FROM schedules WHERE app_id = ? ORDER BY id", (app_id,))]
 
 
+def active_schedule_summary(conn: sqlite3.Connection, app_name: str) -> Optional[dict]:
+    """id, algorithm, t_exp_s and number of segments of the app's active schedule, or None."""
+    row = conn.execute("SELECT s.id, s.algorithm, s.t_exp_s, (SELECT COUNT(*) FROM segments g WHERE"
+                       " g.schedule_id = s.id) FROM schedules s JOIN apps a ON a.id = s.app_id"
+                       " WHERE a.name = ? AND s.active = 1", (app_name,)).fetchone()
+    return None if row is None else {"id": row[0], "algorithm": row[1], "t_exp_s": row[2], "segments": row[3]}
+
+
 def app_of_schedule(conn: sqlite3.Connection, schedule_id: int) -> int:
     return conn.execute("SELECT app_id FROM schedules WHERE id = ?", (schedule_id,)).fetchone()[0]
 
