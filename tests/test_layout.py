@@ -1,5 +1,6 @@
 """The layout shows the architecture: the packages of warmstart/ import each other one way (no
-cycle), and the shared pieces (model.py, db/, devices.py, ...) import none of the stages."""
+cycle), the shared pieces (model.py, db/, devices.py, ...) import none of the stages, and all
+SQL is in db/."""
 
 import ast
 from collections import defaultdict
@@ -59,3 +60,16 @@ def test_shared_pieces_import_no_stage():
     edges = _imports()
     for shared in ("model", "db", "devices", "fiemap", "signature", "mountinfo", "paths", "errors"):
         assert not edges.get(shared, set()) & STAGES, (shared, sorted(edges[shared] & STAGES))
+
+
+def test_all_sql_is_in_db():
+    """Every execute()/executemany()/executescript() call of the package is in warmstart/db/."""
+    outside = []
+    for path in PKG.rglob("*.py"):
+        if path.relative_to(PKG).parts[0] == "db":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("execute", "executemany", "executescript"):
+                outside.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert outside == [], outside

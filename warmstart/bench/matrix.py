@@ -24,6 +24,7 @@ from typing import Callable, List, Optional, Sequence
 
 from ..analyzer.analyze import Options as AnalyzeOptions, analyze
 from ..analyzer.probe import check_direct, device_path
+from ..devices import sysfs_path
 from ..analyzer.profile import measure, measure_through_file
 from ..db import connection, launches as launches_db, open_db
 from ..db.profiles import latest_profile, save_profile
@@ -442,7 +443,7 @@ def _measure_cli_run(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, arg
 
 def _host_block(fs_dev: int) -> str:
     """sysfs name of the whole disk holding a host file system (for io_ticks)."""
-    part = os.path.realpath(f"/sys/dev/block/{os.major(fs_dev)}:{os.minor(fs_dev)}")
+    part = os.path.realpath(sysfs_path(fs_dev))
     parent = os.path.dirname(part)
     return os.path.basename(parent if os.path.exists(os.path.join(parent, "stat")) and
                             os.path.exists(os.path.join(part, "partition")) else part)

@@ -9,6 +9,7 @@ import click
 from ..bench import apps as appcat
 from ..bench.matrix import ALL_MODES, DISKS, BenchConfig, run_bench
 from ..cli import emit, json_option
+from ..db.connection import database_file
 from ..paths import REPO_ROOT
 from ..report.markdown import render
 
@@ -80,7 +81,7 @@ def bench(ctx, disk, layout, hook_launches, app_names, extra_apps, reps, modes, 
     say = (lambda msg: click.echo(msg, err=True))
     with click.progressbar(length=steps, label="bench", file=click.get_text_stream("stderr"),
                            item_show_func=lambda x: x) as bar:
-        doc = run_bench(conn, ctx.db_path or conn.execute("PRAGMA database_list").fetchone()[2], cfg,
+        doc = run_bench(conn, ctx.db_path or database_file(conn), cfg,
                         say=say, progress=lambda label: bar.update(1, label))
     doc["command"] = "warmstart " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if markdown:
