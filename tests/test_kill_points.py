@@ -23,6 +23,7 @@ from conftest import REPO, have_tracefs, require
 from test_hook_daemon import have_fanotify_perm
 
 KILL_POINTS = 20
+IMPORTS = "import json, decimal, email.mime.text, xml.dom.minidom"   # the app every test records
 BUILD = REPO / "build"
 
 
@@ -83,16 +84,26 @@ def _kill_at(env, db, args, span, points, after, start=0.0, before=None, moment=
     return codes
 
 
-def test_sigkill_at_twenty_points_of_analyze_and_index_refresh(tmp_path, capsys):
-    require(have_tracefs(), "needs root and tracefs (to record the app once)")
+def _hook_tree(tmp_path):
+    """The test's database, its private hook tree, the tree's state directory, and the
+    environment that points warmstart at them."""
     db, root = tmp_path / "w.db", tmp_path / "hookroot"
-    state = root / "var/lib/warmstart"
     env = dict(os.environ, WARMSTART_HOOK_ROOT=str(root), PYTHONPATH=str(REPO))
-    app = "killme"
-    argv = [sys.executable, "-c", "import json, decimal, email.mime.text, xml.dom.minidom"]
+    return db, root, root / "var/lib/warmstart", env
+
+
+def _recorded_and_hooked(env, db, app, argv):
+    """app recorded and analyzed, with an installed hook (so every later analyze refreshes it)."""
     _ws(env, db, "record", "--name", app, "--", *argv)
     _ws(env, db, "analyze", app)
-    _ws(env, db, "hook", "refresh")                 # an installed hook: analyze refreshes it
+    _ws(env, db, "hook", "refresh")
+
+
+def test_sigkill_at_twenty_points_of_analyze_and_index_refresh(tmp_path, capsys):
+    require(have_tracefs(), "needs root and tracefs (to record the app once)")
+    db, _, state, env = _hook_tree(tmp_path)
+    app = "killme"
+    _recorded_and_hooked(env, db, app, [sys.executable, "-c", IMPORTS])
     first = _check(db, state, app)
     t = time.monotonic()
     _ws(env, db, "analyze", app)                    # how long an uninterrupted one takes
@@ -141,7 +152,7 @@ def test_a_full_disk_during_record_and_analyze_gives_one_clear_error(tmp_path):
     try:
         db = small / "w.db"
         env = dict(os.environ, PYTHONPATH=str(REPO), WARMSTART_HOOK_ROOT=str(tmp_path / "hookroot"))
-        argv = [sys.executable, "-c", "import json, decimal, email.mime.text, xml.dom.minidom"]
+        argv = [sys.executable, "-c", IMPORTS]
         _ws(env, db, "db-info")                                   # the database, empty
         filler = _fill(small)
         for args in (["record", "--name", "full", "--", *argv], ["analyze", "full"]):
@@ -171,14 +182,10 @@ def test_sigkill_at_twenty_points_of_record_and_import(tmp_path, capsys):
     record removes the tracefs instances the killed ones left."""
     from warmstart.recorder.tracefs import PREFIX, tracefs_root
     require(have_tracefs(), "needs root and tracefs")
-    db, root = tmp_path / "w.db", tmp_path / "hookroot"
-    state = root / "var/lib/warmstart"
-    env = dict(os.environ, WARMSTART_HOOK_ROOT=str(root), PYTHONPATH=str(REPO))
+    db, _, state, env = _hook_tree(tmp_path)
     app = "killrec"
-    argv = [sys.executable, "-c", "import json, decimal, email.mime.text, xml.dom.minidom"]
-    _ws(env, db, "record", "--name", app, "--", *argv)
-    _ws(env, db, "analyze", app)
-    _ws(env, db, "hook", "refresh")
+    argv = [sys.executable, "-c", IMPORTS]
+    _recorded_and_hooked(env, db, app, argv)
     wsched = tmp_path / "app.wsched"
     _ws(env, db, "export", app, "-o", str(wsched))
     spans = {}
@@ -291,14 +298,12 @@ def test_sigkill_at_ten_points_of_hook_refresh(tmp_path, capsys):
     ones left."""
     from warmstart.hook import events, service
     _require_hook()
-    db, root = tmp_path / "w.db", tmp_path / "hookroot"
+    db, root, state, env = _hook_tree(tmp_path)
     paths = _hook_paths(root)
-    state = paths.state
-    env = dict(os.environ, WARMSTART_HOOK_ROOT=str(root), PYTHONPATH=str(REPO))
     elsewhere = dict(env, WARMSTART_HOOK_ROOT=str(tmp_path / "no-hook"))  # analyze refreshes nothing there
     app = "killrefresh"
     py = _python_copy(tmp_path)
-    argv = [str(py), "-c", "import json, decimal, email.mime.text, xml.dom.minidom"]
+    argv = [str(py), "-c", IMPORTS]
     _ws(env, db, "record", "--name", app, "--", *argv)
     _ws(elsewhere, db, "analyze", app)
     # an earlier install, of another database, left records naming schedule ids that collide
@@ -441,13 +446,11 @@ def test_sigkill_at_twenty_points_of_the_learners_feedback(tmp_path, capsys):
     from warmstart.hook import events, service
     from warmstart.recorder.coldcache import evict
     _require_hook()
-    db, root = tmp_path / "w.db", tmp_path / "hookroot"
+    db, root, state, env = _hook_tree(tmp_path)
     paths = _hook_paths(root)
-    state = paths.state
-    env = dict(os.environ, WARMSTART_HOOK_ROOT=str(root), PYTHONPATH=str(REPO))
     app, n, rounds = "killfeedback", FEEDBACK_LAUNCHES, KILL_POINTS // 2
     py = _python_copy(tmp_path)
-    argv = [str(py), "-c", "import json, decimal, email.mime.text, xml.dom.minidom, sqlite3, argparse, tarfile"]
+    argv = [str(py), "-c", IMPORTS + ", sqlite3, argparse, tarfile"]
     _ws(env, db, "record", "--name", app, "--", *argv)
     _ws(env, db, "analyze", app)
     paths.etc.mkdir(parents=True)
