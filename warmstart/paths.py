@@ -1,6 +1,7 @@
 """Where things live: the database, the built C helpers; how private state files are opened."""
 
 import os
+from typing import Optional
 from pathlib import Path
 
 from .errors import WarmstartError
@@ -50,13 +51,18 @@ def open_private_append(path, text: bool = False):
         raise
 
 
-def replace_file(path, data: bytes, mode: int = PRIVATE_MODE) -> None:
+def replace_file(path, data: bytes, mode: int = PRIVATE_MODE, owner: Optional[int] = None) -> None:
     """Give path the content `data` at once: written to PATH.tmp.PID beside it, then renamed over
     it, so a reader, or the writer killed at any point, never sees it half-written (`hook
-    refresh` removes the temp files of writers that died before their rename)."""
-    tmp = f"{os.fspath(path)}.tmp.{os.getpid()}"
+    refresh` removes the temp files of writers that died before their rename). With `owner`,
+    the file is that uid's, with exactly `mode`."""
+    path = os.fsencode(path)
+    tmp = path + b".tmp.%d" % os.getpid()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
+        if owner is not None:
+            os.fchown(fd, owner, -1)
+            os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]

@@ -25,7 +25,12 @@ def read_offset(path, paths: HookPaths) -> int:
     try:
         return int(path.read_text())
     except (OSError, ValueError):
-        return generation(paths).get("events_offset", 0)
+        return generation_start(paths)
+
+
+def generation_start(paths: HookPaths) -> int:
+    """Where the current install's records begin in the daemon's log (0 before any install)."""
+    return generation(paths).get("events_offset", 0)
 
 
 def write_offset(path, offset: int) -> None:
@@ -111,7 +116,7 @@ def summary(paths: HookPaths, last: int = 2000) -> dict:
     """Counts over the last `last` launch records of this install, for `status`."""
     try:
         with open(paths.events, "rb") as f:
-            f.seek(generation(paths).get("events_offset", 0))
+            f.seek(generation_start(paths))
             lines = f.read().splitlines()[-last:]
     except FileNotFoundError:
         return {}

@@ -345,7 +345,7 @@ class Learner:
         if isinstance(raw, int):   # an offset alone: `hook install` starts a generation with it
             raw = {"offset": raw}
         if not isinstance(raw, dict) or not isinstance(raw.get("offset"), int):
-            raw = {"offset": events.generation(self.paths).get("events_offset", 0)}
+            raw = {"offset": events.generation_start(self.paths)}
         self.offset = raw["offset"]
         self.waiting = [(w["event"], w["seen"]) for w in raw.get("waiting", [])
                         if isinstance(w, dict) and isinstance(w.get("event"), dict)]

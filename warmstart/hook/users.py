@@ -19,7 +19,7 @@ from typing import List, Optional
 from ..db import launches as launches_db
 from ..db.recordings import cold_recordings, get_app_by_id
 from ..errors import WarmstartError
-from ..paths import PRIVATE_MODE
+from ..paths import PRIVATE_MODE, replace_file
 from .index import read_index
 from .layout import HookPaths
 
@@ -61,23 +61,11 @@ def record_launch(conn, paths: HookPaths, event: dict, launch_id: int, once: boo
                 return
             if st.st_size > MAX_LINES * 400:   # keep the newer half, replaced at once (never half-trimmed)
                 lines = old.splitlines(keepends=True)
-                _replace_view(path, b"".join(lines[len(lines) // 2:]) + data, uid)
+                replace_file(path, b"".join(lines[len(lines) // 2:]) + data, PRIVATE_MODE, owner=uid)
                 return
         os.write(fd, data)
     finally:
         os.close(fd)
-
-
-def _replace_view(path, data: bytes, uid: int) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_MODE)
-    try:
-        os.fchown(fd, uid, -1)
-        os.fchmod(fd, PRIVATE_MODE)
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 def view(paths: HookPaths, uid: Optional[int] = None) -> dict:

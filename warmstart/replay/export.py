@@ -13,6 +13,7 @@ from typing import List, Optional
 
 from .. import devices
 from ..errors import WarmstartError
+from ..paths import replace_file
 
 MAGIC = b"WSREPLAY"
 VERSION = 1
@@ -93,10 +94,7 @@ def write_export(schedule, path) -> ExportInfo:
     killed writer left behind is recognisable (hook refresh removes those)."""
     data = encode(schedule)
     path = os.fsencode(path)
-    tmp = path + b".tmp.%d" % os.getpid()
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    replace_file(path, data, 0o644)   # the shim reads exports in every user's process
     nranges = sum(len(s.ranges) for s in schedule.segments)
     return ExportInfo(path=path, schedule_id=schedule.id or 0, files=HEADER.unpack_from(data)[4],
                       segments=len(schedule.segments), ranges=nranges,
