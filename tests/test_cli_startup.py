@@ -64,6 +64,22 @@ def test_plain_run_skips_the_cli_and_behaves_the_same(tmp_path, args, via_click)
     assert (tmp_path / "w.db").exists()   # WARMSTART_DB honoured on both paths
 
 
+@pytest.mark.parametrize("args, via_click", [
+    (["run", "--json", "--", "sh", "-c", "echo out; exit 3"], False),
+    (["run", "--json", "--mode", "segmented", "--", "sh", "-c", "echo out; exit 3"], True),
+])
+def test_plain_run_json_skips_the_cli_and_reports_the_same(tmp_path, args, via_click):
+    """`warmstart run --json -- CMD` (what scripts and the bench's run-cli mode time) takes the
+    same short way; its JSON is the CLI's."""
+    env = {"PATH": "/usr/bin:/bin", "WARMSTART_DB": str(tmp_path / "w.db"), "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", FAST, *args], capture_output=True, text=True, cwd=REPO, env=env)
+    assert r.returncode == 3, r.stderr
+    out = json.loads(r.stdout)
+    assert out["exit_status"] == 3 and out["output"] == "out\n" and out["mode"] == "segmented", out
+    assert any(n.startswith("unknown app") for n in out["notes"]) and out["launch_time_s"] > 0, out
+    assert ("click loaded" if via_click else "no click") in r.stderr, r.stderr
+
+
 def test_plain_run_reports_errors_like_the_cli(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "WARMSTART_DB": str(tmp_path / "w.db"), "HOME": str(tmp_path)}
     r = subprocess.run([sys.executable, "-m", "warmstart", "run", "--", "/nonexistent/prog"],

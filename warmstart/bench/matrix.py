@@ -421,11 +421,12 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
 
 
 def _measure_cli_run(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref):
-    """`warmstart run` as a user types it, timed from outside: the CLI's start-up counts."""
+    """`warmstart run --json -- CMD` as a user (or a script) types it, timed from outside: the
+    installed command's start-up counts; run finds the app by its command line, as for a user."""
     make_cold(dut)
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db_path), "run", "--name", name, "--json",
-                        "--", *argv], capture_output=True, timeout=cfg.timeout)
+    p = subprocess.run([*_installed_cli(), "run", "--json", "--", *argv], capture_output=True, timeout=cfg.timeout,
+                       env={**os.environ, "WARMSTART_DB": str(db_path)})
     outside = time.monotonic() - t0
     where = f"{app.name} run-cli rep {rep + 1}"
     try:
@@ -439,6 +440,16 @@ def _measure_cli_run(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, arg
                                        "startup_overhead_s": outside - (reported.get("launch_time_s") or 0)})
     if reported.get("exit_status") != ref.exit_status:
         doc["problems"].append(f"{where}: exit status {reported.get('exit_status')}, plain run {ref.exit_status}")
+    if reported.get("app_name") != name or not reported.get("prefetched"):
+        doc["problems"].append(f"{where}: run prefetched app {reported.get('app_name')!r}: "
+                               f"{'; '.join(reported.get('notes') or []) or 'not prefetched'}")
+
+
+def _installed_cli() -> List[str]:
+    """The `warmstart` a user types: the console script installed beside this interpreter (not a
+    version manager's shim in front of it), else `python -m warmstart`."""
+    script = os.path.join(os.path.dirname(sys.executable), "warmstart")
+    return [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "warmstart"]
 
 
 def _host_block(fs_dev: int) -> str:
