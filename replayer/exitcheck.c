@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "replay.h"
 #include "residency.h"
 
 #ifndef __NR_pidfd_open
@@ -55,7 +56,8 @@ static int open_same(const struct wsr_file *f)
 	return fd;
 }
 
-void exit_check_run(int pidfd, const struct wsr_schedule *s, unsigned wait_s, struct exit_check *x)
+void exit_check_run(int pidfd, const struct wsr_schedule *s, const uint64_t *outside_at_open, unsigned wait_s,
+		    struct exit_check *x)
 {
 	memset(x, 0, sizeof(*x));
 	if (pidfd < 0)
@@ -73,30 +75,19 @@ void exit_check_run(int pidfd, const struct wsr_schedule *s, unsigned wait_s, st
 	x->evicted_known = true;
 	for (uint32_t i = 0; i < s->nfiles; i++) {
 		int fd = open_same(&s->files[i]);
-		uint64_t total = 0, inside = 0, cached;
+		uint64_t inside, outside;
 		if (fd < 0)
 			continue;
-		if (residency(fd, 0, s->files[i].size, &total) < 0) {
-			close(fd);
-			continue;
-		}
-		for (uint32_t k = 0; k < s->nranges; k++) {
-			const struct wsr_range *rg = &s->ranges[k];
-			uint64_t evicted;
-			if (rg->file_no != i)
-				continue;
-			if (residency(fd, rg->offset, rg->length, &cached) == 0)
-				inside += cached;
-			if (residency_evicted(fd, rg->offset, rg->length, &evicted) == 0)
-				x->recently_evicted += evicted;
-			else
-				x->evicted_known = false;
-		}
+		int rc = residency_of_file(fd, s, i, &inside, &outside, &x->recently_evicted, &x->evicted_known);
 		close(fd);
-		if (inside > total)
-			inside = total;   /* overlapping ranges count a page once */
+		if (rc < 0)
+			continue;
+		/* cached outside the ranges before the replay touched the file: not this launch's miss
+		 * (a shared library's pages that running processes keep mapped survive a cache drop) */
+		uint64_t before = outside_at_open && outside_at_open[i] != UNMEASURED ? outside_at_open[i] : 0;
 		x->scheduled_resident += inside;
-		x->missed += total - inside;
+		x->missed += outside > before ? outside - before : 0;
+		x->outside_at_open += before < outside ? before : outside;
 		x->files_checked++;
 	}
 }
@@ -107,8 +98,9 @@ void exit_check_write(FILE *f, const struct exit_check *x)
 		x->exited ? "true" : "false");
 	if (x->asked) {
 		fprintf(f, ", \"t_measured\": %.6f, \"scheduled_resident_bytes\": %llu, \"missed_bytes\": %llu, "
-			"\"files_checked\": %u, \"recently_evicted_pages\": ", x->t_exit_s,
-			(unsigned long long)x->scheduled_resident, (unsigned long long)x->missed, x->files_checked);
+			"\"outside_at_open_bytes\": %llu, \"files_checked\": %u, \"recently_evicted_pages\": ",
+			x->t_exit_s, (unsigned long long)x->scheduled_resident, (unsigned long long)x->missed,
+			(unsigned long long)x->outside_at_open, x->files_checked);
 		if (x->evicted_known)
 			fprintf(f, "%llu", (unsigned long long)x->recently_evicted);
 		else

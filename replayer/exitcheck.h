@@ -16,7 +16,9 @@ struct exit_check {
 	double t_exit_s;             /* CLOCK_MONOTONIC (the daemon's clock) at the exit, or at the
 				      * end of the wait if the app still runs; seconds */
 	uint64_t scheduled_resident; /* bytes of the scheduled ranges in the cache at the exit */
-	uint64_t missed;             /* bytes of the scheduled files in the cache outside them */
+	uint64_t missed;             /* bytes of the scheduled files in the cache outside them,
+				      * less what was there when the replay first opened the file */
+	uint64_t outside_at_open;    /* what was so subtracted */
 	uint64_t recently_evicted;   /* pages of the scheduled ranges evicted during the launch */
 	bool evicted_known;          /* cachestat answered (mincore cannot tell evictions) */
 	uint32_t files_checked;
@@ -27,8 +29,9 @@ struct exit_check {
 int exit_check_open(pid_t pid);
 
 /* Wait up to wait_s for the app behind pidfd to exit, then measure (also when it still runs
- * then: a long-lived app). Closes pidfd. */
-void exit_check_run(int pidfd, const struct wsr_schedule *s, unsigned wait_s, struct exit_check *x);
+ * then: a long-lived app). Closes pidfd. outside_at_open: replay_stats' (or NULL). */
+void exit_check_run(int pidfd, const struct wsr_schedule *s, const uint64_t *outside_at_open, unsigned wait_s,
+		    struct exit_check *x);
 
 /* The "exit" member of the stats JSON (without a leading comma). */
 void exit_check_write(FILE *f, const struct exit_check *x);

@@ -220,7 +220,7 @@ int main(int argc, char **argv)
 	}
 	e.fini(&e);
 	if (exit_fd >= 0) {
-		exit_check_run(exit_fd, &s, judge_wait_s, &xc);
+		exit_check_run(exit_fd, &s, st.outside_at_open, judge_wait_s, &xc);
 		exit_fd = -1;
 		ri.exit = &xc;
 	}
@@ -233,6 +233,7 @@ done:
 	if (sf)
 		fclose(sf);
 	free(st.segs);
+	free(st.outside_at_open);
 	wsr_free(&s);
 	return ex;
 }

@@ -159,8 +159,11 @@ static int open_checked(struct ctx *c, uint32_t no)
 	/* The schedule says exactly what to read: no kernel readahead around our reads. */
 	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
 	if (!c->ever_opened[no]) {
+		uint64_t inside;
 		c->ever_opened[no] = true;
 		c->st->files_opened++;
+		if (residency_of_file(fd, c->s, no, &inside, &c->st->outside_at_open[no], NULL, NULL) < 0)
+			c->st->outside_at_open[no] = UNMEASURED;
 	}
 	return fd;
 }
@@ -340,13 +343,16 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 	c.ever_opened = calloc(s->nfiles ? s->nfiles : 1, 1);
 	st->nsegs = o->mode == MODE_SEGMENTED ? s->nsegments : 1;
 	st->segs = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->segs));
-	if (!order || !c.fds || !c.ever_opened || !st->segs) {
+	st->outside_at_open = malloc((s->nfiles ? s->nfiles : 1) * sizeof(*st->outside_at_open));
+	if (!order || !c.fds || !c.ever_opened || !st->segs || !st->outside_at_open) {
 		rc = -ENOMEM;
 		release(&c, order, 0);
 		goto out;
 	}
-	for (uint32_t i = 0; i < s->nfiles; i++)
+	for (uint32_t i = 0; i < s->nfiles; i++) {
 		c.fds[i] = FD_UNOPENED;
+		st->outside_at_open[i] = UNMEASURED;
+	}
 	/* Many files stay open at once; use the hard limit (falls back to closing on EMFILE). */
 	struct rlimit rl;
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {

@@ -54,7 +54,12 @@ struct replay_stats {
 	struct decision decisions[MAX_DECISIONS];
 	uint32_t nsegs;
 	struct seg_stat *segs;
+	/* per file: bytes cached outside its ranges when the replay first opened it (before
+	 * fetching any of it), or UNMEASURED; the exit check does not count them as misses */
+	uint64_t *outside_at_open;
 };
+
+#define UNMEASURED UINT64_MAX
 
 uint64_t mono_ns(void);
 

@@ -121,3 +121,31 @@ int residency_wait(int fd, uint64_t off, uint64_t len)
 	}
 	return 0;
 }
+
+int residency_of_file(int fd, const struct wsr_schedule *s, uint32_t file_no, uint64_t *inside,
+		      uint64_t *outside, uint64_t *evicted, bool *evicted_known)
+{
+	uint64_t total = 0, in = 0, cached, ev = 0;
+	int rc = residency(fd, 0, s->files[file_no].size, &total);
+
+	if (rc < 0)
+		return rc;
+	for (uint32_t k = 0; k < s->nranges; k++) {
+		const struct wsr_range *rg = &s->ranges[k];
+		if (rg->file_no != file_no)
+			continue;
+		if (residency(fd, rg->offset, rg->length, &cached) == 0)
+			in += cached;
+		if (!evicted)
+			continue;
+		if (residency_evicted(fd, rg->offset, rg->length, &ev) == 0)
+			*evicted += ev;
+		else
+			*evicted_known = false;
+	}
+	if (in > total)
+		in = total;   /* overlapping ranges count a page once */
+	*inside = in;
+	*outside = total - in;
+	return 0;
+}

@@ -247,3 +247,32 @@ def test_overhead_is_small(files, tmp_path):
         assert rc == 0
         assert st["max_rss_kb"] <= 8 * 1024, (engine, st["max_rss_kb"])
         assert st["t_first_io_ns"] < 10_000_000, (engine, st["t_first_io_ns"])
+
+
+def test_exit_check_counts_only_the_launchs_own_misses(files, tmp_path):
+    """--judge-at-exit: pages outside the schedule cached before the replay opened the file (a
+    shared library's pages kept mapped by running processes survive a cache drop) are not the
+    launch's misses; pages the app itself read outside the schedule are."""
+    conn = open_db(tmp_path / "db")
+    export = build(conn, files, [[(0, 0, 64), (1, 512, 128)]], tmp_path)
+    for p in files:
+        evict(p)
+    with open(files[1], "rb") as f:      # cached by someone else before the launch
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+        os.pread(f.fileno(), 256 * KIB, 0)
+    assert cached_pages(files[1], 0, 1024 * KIB) == 256 * KIB // PAGE
+    # the app: waits for the replay, then reads 100 KiB of f0 the schedule does not have
+    app = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time; time.sleep(0.5); fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM); os.pread(fd, 100 * 1024, 900 * 1024)"),
+        str(files[0])])
+    try:
+        rc, st, err = run_replayer(export, "--mode", "reorder", "--pid", str(app.pid), "--judge-at-exit", "10")
+    finally:
+        app.wait()
+    assert rc == 0, err
+    x = st["exit"]
+    assert x["exited"] and x["files_checked"] == 3, x
+    assert x["scheduled_resident_bytes"] == (64 + 128) * KIB, x
+    assert x["missed_bytes"] == 100 * KIB, x                # the app's own read, not f1's older pages
+    assert x["outside_at_open_bytes"] == 256 * KIB, x

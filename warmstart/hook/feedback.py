@@ -5,8 +5,10 @@ The verdict is taken at the launch's exit, by the replayer (`--judge-at-exit`, r
 exitcheck.c), never from the page cache some time later, which a cache drop or a memory hog
 may have emptied meanwhile:
   prefetched  = the replayer's bytes_fetched
-  missed      = bytes of the scheduled files resident OUTSIDE the scheduled ranges at the exit:
-                the launch read them and the schedule did not have them
+  missed      = bytes of the scheduled files resident OUTSIDE the scheduled ranges at the exit,
+                less those resident there when the replay first opened the file (pages of
+                shared libraries that running processes keep mapped): the launch read them
+                and the schedule did not have them
   hit ratio   = scheduled bytes resident / (that + missed), at the exit
 A launch is stored but NOT judged when its measurement cannot be trusted: no measurement at the
 exit, over half the schedule was cached before the replay (a warm launch), pages of the
