@@ -124,8 +124,7 @@ static char **child_env(void)
  * the read end of the notify pipe or -errno */
 static int start_replayer(const char *replayer, const char *schedule)
 {
-	char pid_s[16];
-	char *const argv[] = {(char *)replayer, "--notify-fd", "3", "--pid", pid_s, (char *)schedule, NULL};
+	char *const argv[] = {(char *)replayer, "--notify-fd", "3", (char *)schedule, NULL};
 	char **env = child_env();
 	int p[2], status, err = 0, chld_was_pending;
 	sigset_t mask, pending;
@@ -133,7 +132,6 @@ static int start_replayer(const char *replayer, const char *schedule)
 
 	if (!env)
 		return -ENOMEM;
-	snprintf(pid_s, sizeof(pid_s), "%d", (int)getpid());
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		err = -errno;
 		free(env);

@@ -36,7 +36,7 @@ pid_t ws_spawn_replayer(const char *replayer, const char *schedule, uid_t uid, g
 					    /* the feedback's verdict is taken at the app's exit (docs/hook.md) */
 					    "--judge-at-exit", WS_JUDGE_WAIT_S, (char *)schedule, NULL};
 		char *const without[] = {(char *)replayer, "--notify-fd", "3", "--uid", uid_s, "--gid", gid_s,
-					 "--pid", pid_s, (char *)schedule, NULL};
+					 (char *)schedule, NULL};
 		char *const *argv = stats_path ? with_stats : without;
 		char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
 		sigset_t none;

@@ -30,9 +30,7 @@ static const char usage[] =
 "  --notify-fd FD       write \"ready\\n\" and close FD when the app may start\n"
 "                       (EOF without \"ready\" also means: start it, unprefetched)\n"
 "  --stats-fd FD | --stats FILE   write the JSON report there at exit\n"
-"  --pid PID            the app: pace the fetch against its progress, stop when it exits\n"
-"  --pid-fd FD         read the app's pid from FD (\"PID\\n\") once it is started\n"
-"  --horizon-mb N       pacing: fetch at most N MiB ahead of the app (default 64, 0 = off)\n"
+"  --pid PID            the app, for --judge-at-exit\n"
 "  --reserve-mb N       leave N MiB of MemAvailable untouched (default 128)\n"
 "  --psi-limit PCT      stop prefetching at PSI memory some avg10 >= PCT (default 10, 0 = off)\n"
 "  --ioprio be|idle|none   I/O class of the fetch (default be: idle causes priority\n"
@@ -89,14 +87,14 @@ static void close_notify(int fd)
 int main(int argc, char **argv)
 {
 	struct replay_stats st = { .start_mono_ns = mono_ns() };
-	struct replay_opts o = { .mode = MODE_SEGMENTED, .notify_fd = -1, .pid_fd = -1, .horizon_bytes = 64ull << 20,
-				 .reserve_bytes = 128ull << 20, .psi_limit = 10.0, .wait_resident = true };
+	struct replay_opts o = { .mode = MODE_SEGMENTED, .notify_fd = -1, .reserve_bytes = 128ull << 20, .psi_limit = 10.0, .wait_resident = true };
 	struct run_info ri = { .status = "ok", .mode = "segmented", .engine = "readahead", .ioprio = "be" };
 	struct wsr_schedule s = { 0 };
 	struct engine e = { 0 };
 	const char *stats_path = NULL;
 	int stats_fd = -1, rc, ex = 0;
 	long uid = -1, gid = -1;
+	pid_t app_pid = 0;
 	unsigned judge_wait_s = 0;
 	int exit_fd = -1;
 	struct exit_check xc;
@@ -104,11 +102,10 @@ int main(int argc, char **argv)
 		{ "mode", required_argument, 0, 'm' }, { "engine", required_argument, 0, 'e' },
 		{ "depth", required_argument, 0, 'd' }, { "notify-fd", required_argument, 0, 'n' },
 		{ "stats-fd", required_argument, 0, 'S' }, { "stats", required_argument, 0, 's' },
-		{ "pid", required_argument, 0, 'p' }, { "horizon-mb", required_argument, 0, 'H' },
-		{ "reserve-mb", required_argument, 0, 'r' }, { "psi-limit", required_argument, 0, 'P' },
-		{ "ioprio", required_argument, 0, 'i' }, { "uid", required_argument, 0, 'u' },
-		{ "gid", required_argument, 0, 'g' }, { "no-wait", no_argument, 0, 'W' },
-		{ "pid-fd", required_argument, 0, 'F' }, { "judge-at-exit", required_argument, 0, 'J' },
+		{ "pid", required_argument, 0, 'p' }, { "reserve-mb", required_argument, 0, 'r' },
+		{ "psi-limit", required_argument, 0, 'P' }, { "ioprio", required_argument, 0, 'i' },
+		{ "uid", required_argument, 0, 'u' }, { "gid", required_argument, 0, 'g' },
+		{ "no-wait", no_argument, 0, 'W' }, { "judge-at-exit", required_argument, 0, 'J' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
 
 	for (int ch; (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
@@ -131,10 +128,8 @@ int main(int argc, char **argv)
 		case 'n': o.notify_fd = (int)num(optarg, 0, 1 << 20); break;
 		case 'S': stats_fd = (int)num(optarg, 0, 1 << 20); break;
 		case 's': stats_path = optarg; break;
-		case 'F': o.pid_fd = (int)num(optarg, 0, 1 << 20); break;
 		case 'J': judge_wait_s = (unsigned)num(optarg, 1, 86400); break;
-		case 'p': o.app_pid = (pid_t)num(optarg, 1, 1 << 30); break;
-		case 'H': o.horizon_bytes = (uint64_t)num(optarg, 0, 1 << 20) << 20; break;
+		case 'p': app_pid = (pid_t)num(optarg, 1, 1 << 30); break;
 		case 'r': o.reserve_bytes = (uint64_t)num(optarg, 0, 1l << 30) << 20; break;
 		case 'P': o.psi_limit = (double)num(optarg, 0, 100); break;
 		case 'i': ri.ioprio = optarg; break;
@@ -157,9 +152,14 @@ int main(int argc, char **argv)
 		close_notify(o.notify_fd);
 		return EXIT_USAGE;
 	}
+	if (!app_pid != !judge_wait_s) {
+		fprintf(stderr, "warmstart-replay: --pid and --judge-at-exit go together\n%s", usage);
+		close_notify(o.notify_fd);
+		return EXIT_USAGE;
+	}
 	/* the app's pidfd now, while its exec is held: its pid cannot be reused before we wait */
 	if (judge_wait_s)
-		exit_fd = exit_check_open(o.app_pid);
+		exit_fd = exit_check_open(app_pid);
 	if (stats_path) {
 		stats_fd = open(stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (stats_fd < 0)

@@ -16,7 +16,6 @@
 
 #define FD_UNOPENED (-2)
 #define FD_SKIPPED (-1)
-#define PACE_POLL_NS 2000000ull
 #define PRESSURE_EVERY (16ull << 20)
 
 uint64_t mono_ns(void)
@@ -86,9 +85,6 @@ struct ctx {
 	struct replay_stats *st;
 	int *fds;
 	bool *ever_opened;
-	int stat_fd;          /* /proc/PID/stat of the app, for pacing */
-	int pid_fd;
-	uint64_t cum_cpu_total;
 	uint64_t budget;      /* bytes still allowed by the memory-pressure policy */
 };
 
@@ -175,106 +171,6 @@ static int file_fd(struct ctx *c, uint32_t no)
 	return c->fds[no];
 }
 
-/* ---- pacing: the app's position in the schedule, from its CPU time ---- */
-
-static int64_t app_cpu_ns(struct ctx *c, bool *exited)
-{
-	char buf[1024];
-	ssize_t n = pread(c->stat_fd, buf, sizeof(buf) - 1, 0);
-	*exited = n <= 0;
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	char *p = strrchr(buf, ')');   /* comm may contain spaces and parentheses */
-	char state;
-	unsigned long long ut, stt;
-	long long cut, cst;
-	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %lld %lld",
-			 &state, &ut, &stt, &cut, &cst) != 5)
-		return -1;
-	*exited = state == 'Z' || state == 'X';
-	long hz = sysconf(_SC_CLK_TCK);
-	return (int64_t)((ut + stt + cut + cst) * (1000000000ull / hz));
-}
-
-/* Bytes of the schedule the app has reached: segments are walked by the app's CPU time
- * (segments[k].cpu_ns), interpolating inside the current one. */
-static uint64_t app_position(struct ctx *c, int64_t cpu)
-{
-	const struct wsr_schedule *s = c->s;
-	uint64_t pos = 0, cum = 0;
-	if (cpu < 0)
-		return 0;
-	for (uint32_t k = 0; k < s->nsegments; k++) {
-		const struct wsr_segment *g = &s->segments[k];
-		if (k == 0) {            /* fetched before the app ran */
-			pos += g->bytes;
-			continue;
-		}
-		if ((uint64_t)cpu < cum + g->cpu_ns) {
-			/* Whole current segment counts as needed-now: prefetch must cover it. */
-			return pos + g->bytes;
-		}
-		cum += g->cpu_ns;
-		pos += g->bytes;
-	}
-	return pos;
-}
-
-/* Wait while the fetch is more than the horizon ahead of the app. Returns false when the app
- * has exited (the launch is over; stop fetching). */
-static void open_app_stat(struct ctx *c, pid_t pid)
-{
-	char p[64];
-	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-	c->stat_fd = open(p, O_RDONLY | O_CLOEXEC);
-}
-
-/* The runner learns the app's pid only after it forks it; it arrives on pid_fd as "PID\n". */
-static void poll_pid_fd(struct ctx *c)
-{
-	char buf[32];
-	ssize_t n = read(c->pid_fd, buf, sizeof(buf) - 1);
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return;
-	if (n > 0) {
-		buf[n] = 0;
-		long pid = strtol(buf, NULL, 10);
-		if (pid > 0)
-			open_app_stat(c, (pid_t)pid);
-	}
-	close(c->pid_fd);
-	c->pid_fd = -1;
-}
-
-static bool pace(struct ctx *c, uint64_t fetched)
-{
-	if (c->stat_fd < 0 && c->pid_fd >= 0)
-		poll_pid_fd(c);
-	if (c->stat_fd < 0 || !c->o->horizon_bytes)
-		return true;
-	uint64_t t0 = 0;
-	for (;;) {
-		bool exited;
-		int64_t cpu = app_cpu_ns(c, &exited);
-		if (exited) {
-			c->st->app_exited = true;
-			return false;
-		}
-		if (fetched <= app_position(c, cpu) + c->o->horizon_bytes)
-			break;
-		if (!t0) {
-			t0 = mono_ns();
-			c->st->pacing_waits++;
-		}
-		struct timespec ts = { 0, PACE_POLL_NS };
-		nanosleep(&ts, NULL);
-	}
-	if (t0)
-		c->st->pacing_wait_ns += mono_ns() - t0;
-	return true;
-}
-
 /* ---- memory pressure ---- */
 
 static void check_pressure(struct ctx *c, uint32_t at, uint64_t remaining)
@@ -332,7 +228,7 @@ static void release(struct ctx *c, const uint32_t *order, uint32_t n)
 int replay_run(const struct wsr_schedule *s, struct engine *e, const struct replay_opts *o,
 	       struct replay_stats *st)
 {
-	struct ctx c = { .s = s, .e = e, .o = o, .st = st, .stat_fd = -1, .pid_fd = o->pid_fd, .budget = UINT64_MAX };
+	struct ctx c = { .s = s, .e = e, .o = o, .st = st, .budget = UINT64_MAX };
 	uint32_t *order = malloc((s->nranges ? s->nranges : 1) * sizeof(*order));
 	int rc = 0;
 
@@ -359,10 +255,6 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	if (o->app_pid > 0)
-		open_app_stat(&c, o->app_pid);
-	if (c.pid_fd >= 0)
-		fcntl(c.pid_fd, F_SETFL, O_NONBLOCK);
 
 	uint32_t release_at = replay_plan(s, o->mode, order);
 	for (uint32_t i = 0; i < s->nranges; i++) {
@@ -382,7 +274,6 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 
 	uint64_t fetched_plan = 0, since_check = 0;
 	int cur_seg = -1;
-	bool stop = false;
 	for (uint32_t i = 0; i < s->nranges; i++) {
 		if (i == release_at && i > 0)
 			release(&c, order, release_at);
@@ -407,15 +298,6 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 		since_check += r->length;
 		if (s->files[r->file_no].kind == WSR_KIND_BLOCKDEV)
 			st->device_ranges++;
-		if (stop) {
-			st->ranges_skipped_app_exit++;
-			continue;
-		}
-		if (st->released && !pace(&c, fetched_plan - r->length)) {
-			stop = true;
-			st->ranges_skipped_app_exit++;
-			continue;
-		}
 		/* Memory pressure: past the budget, pages we read would evict more useful ones. */
 		if (c.budget < r->length) {
 			st->ranges_skipped_pressure++;
@@ -457,10 +339,6 @@ out:
 			if (c.fds[i] >= 0)
 				close(c.fds[i]);
 	}
-	if (c.stat_fd >= 0)
-		close(c.stat_fd);
-	if (c.pid_fd >= 0)
-		close(c.pid_fd);
 	free(c.fds);
 	free(c.ever_opened);
 	free(order);

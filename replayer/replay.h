@@ -1,5 +1,5 @@
 /* The replay loop: open and check files, fetch the plan through an engine, release the app
- * when the pre-buffer is resident, pace against the app, back off under memory pressure. */
+ * when the pre-buffer is resident, back off under memory pressure. */
 #ifndef REPLAY_H
 #define REPLAY_H
 
@@ -15,9 +15,6 @@ enum replay_mode { MODE_SEGMENTED, MODE_REORDER, MODE_INTERLEAVE };
 struct replay_opts {
 	enum replay_mode mode;
 	int notify_fd;           /* gets "ready\n" when the app may start; -1: none */
-	pid_t app_pid;           /* 0: no pacing (unless pid_fd delivers one) */
-	int pid_fd;              /* -1, or a pipe on which the runner writes the app's pid later */
-	uint64_t horizon_bytes;  /* pacing: max bytes fetched ahead of the app's position */
 	uint64_t reserve_bytes;  /* memory pressure: keep this much MemAvailable untouched */
 	double psi_limit;        /* memory pressure: PSI some avg10 (%) at which to stop */
 	bool wait_resident;      /* verify residency of the pre-buffer before releasing */
@@ -44,12 +41,10 @@ struct replay_stats {
 	bool released, first_io_done;
 	uint64_t prebuffer_bytes, prebuffer_wait_ns;  /* wait: async reads still in flight at release */
 	uint32_t ranges_total, ranges_fetched, ranges_resident, ranges_skipped_file;
-	uint32_t ranges_skipped_pressure, ranges_skipped_app_exit, device_ranges;
+	uint32_t ranges_skipped_pressure, device_ranges;
 	uint64_t bytes_scheduled, bytes_fetched, bytes_resident, bytes_skipped_pressure;
 	uint32_t files_total, files_opened, files_changed, files_missing, files_denied, files_other;
 	uint32_t noatime_fallbacks;
-	uint64_t pacing_waits, pacing_wait_ns;
-	bool app_exited;
 	uint32_t ndecisions;
 	struct decision decisions[MAX_DECISIONS];
 	uint32_t nsegs;

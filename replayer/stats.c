@@ -57,10 +57,9 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 		"\"schedule_id\": %llu, \"residency_method\": \"%s\",\n",
 		ri->mode, ri->engine, ri->ioprio, ri->depth, ri->schedule_id, residency_method());
 	fprintf(f, " \"ranges_total\": %u, \"ranges_fetched\": %u, \"ranges_resident\": %u, "
-		"\"ranges_skipped_file\": %u, \"ranges_skipped_pressure\": %u, "
-		"\"ranges_skipped_app_exit\": %u, \"device_ranges\": %u,\n",
+		"\"ranges_skipped_file\": %u, \"ranges_skipped_pressure\": %u, \"device_ranges\": %u,\n",
 		st->ranges_total, st->ranges_fetched, st->ranges_resident, st->ranges_skipped_file,
-		st->ranges_skipped_pressure, st->ranges_skipped_app_exit, st->device_ranges);
+		st->ranges_skipped_pressure, st->device_ranges);
 	fprintf(f, " \"bytes_scheduled\": %llu, \"bytes_fetched\": %llu, \"bytes_resident\": %llu, "
 		"\"bytes_skipped_pressure\": %llu, \"prebuffer_bytes\": %llu, \"prebuffer_wait_ns\": %llu,\n",
 		(unsigned long long)st->bytes_scheduled, (unsigned long long)st->bytes_fetched,
@@ -82,9 +81,6 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 		(unsigned long long)ru.ru_stime.tv_sec * 1000000000ull + ru.ru_stime.tv_usec * 1000ull,
 		vm_hwm_kb(), e ? (unsigned long long)e->calls : 0ull,
 		e ? (unsigned long long)e->io_errors : 0ull);
-	fprintf(f, " \"pacing\": {\"waits\": %llu, \"wait_ns\": %llu, \"app_exited\": %s},\n",
-		(unsigned long long)st->pacing_waits, (unsigned long long)st->pacing_wait_ns,
-		st->app_exited ? "true" : "false");
 	fprintf(f, " \"pressure\": [");
 	for (unsigned i = 0; i < st->ndecisions; i++) {
 		const struct decision *d = &st->decisions[i];

@@ -276,3 +276,14 @@ def test_exit_check_counts_only_the_launchs_own_misses(files, tmp_path):
     assert x["scheduled_resident_bytes"] == (64 + 128) * KIB, x
     assert x["missed_bytes"] == 100 * KIB, x                # the app's own read, not f1's older pages
     assert x["outside_at_open_bytes"] == 256 * KIB, x
+
+
+@pytest.mark.parametrize("args", [("--pid", "1"), ("--judge-at-exit", "5")])
+def test_pid_and_judge_at_exit_go_together(files, tmp_path, args):
+    """--pid only serves --judge-at-exit (pacing is gone): either alone fails fast, before any I/O."""
+    conn = open_db(tmp_path / "db")
+    export = build(conn, files, [[(0, 0, 64)]], tmp_path)
+    evict(files[0])
+    rc, st, err = run_replayer(export, *args)
+    assert rc == 2 and st is None and "--pid and --judge-at-exit go together" in err
+    assert cached_pages(files[0], 0, 64 * KIB) == 0

@@ -147,9 +147,9 @@ def measure(schedule, lines: List[bytes], root_pid: int, start_ns: int, end_ns: 
         notes.append("the replayer did not run to completion: nothing counts as prefetched")
     else:
         pre, sizes = prefetched_pages(schedule)
-    skipped = (stats or {}).get("ranges_skipped_pressure", 0) + (stats or {}).get("ranges_skipped_app_exit", 0)
+    skipped = (stats or {}).get("ranges_skipped_pressure", 0)
     if skipped:
-        notes.append(f"the replayer skipped {skipped} ranges (memory pressure or app exit); they are "
+        notes.append(f"the replayer skipped {skipped} ranges under memory pressure; they are "
                      "counted as prefetched, so waste is an upper bound")
     if lost:
         notes.append(f"{lost} trace events lost: used is a lower bound")

@@ -1,6 +1,5 @@
 """Start build/warmstart-replay and speak its protocol (see docs/replayer.md):
   notify fd  -> "ready\\n" when the app may start; EOF without it = start unprefetched
-  pid fd     <- the app's pid, once it is known, for pacing
   stats fd   -> one JSON object at exit
 """
 
@@ -21,7 +20,7 @@ DEFAULT_ENGINE = "readahead"   # measured best on the emulated HDD: docs/replaye
 
 
 class ReplayProcess:
-    """One running replayer. Use start(), wait_ready(), tell_pid(), finish()."""
+    """One running replayer. Use start(), wait_ready(), finish()."""
 
     def __init__(self, export_path, mode: str, engine: str = DEFAULT_ENGINE,
                  extra_args: Sequence[str] = (), uid: Optional[int] = None, gid: Optional[int] = None):
@@ -40,10 +39,9 @@ class ReplayProcess:
 
     def start(self) -> "ReplayProcess":
         notify_r, notify_w = os.pipe()
-        pid_r, pid_w = os.pipe()
         self._stats = tempfile.TemporaryFile()
         args = [str(self.binary), "--mode", self.mode, "--engine", self.engine,
-                "--notify-fd", str(notify_w), "--pid-fd", str(pid_r),
+                "--notify-fd", str(notify_w),
                 "--stats-fd", str(self._stats.fileno())] + self.extra_args
         if self.uid is not None:
             args += ["--uid", str(self.uid)]
@@ -52,12 +50,11 @@ class ReplayProcess:
         args.append(os.fsdecode(self.export_path))
         self.start_ns = time.monotonic_ns()
         try:
-            self.proc = subprocess.Popen(args, pass_fds=(notify_w, pid_r, self._stats.fileno()),
+            self.proc = subprocess.Popen(args, pass_fds=(notify_w, self._stats.fileno()),
                                          stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
         finally:
             os.close(notify_w)
-            os.close(pid_r)
-        self._notify, self._pid_w = notify_r, pid_w
+        self._notify = notify_r
         return self
 
     def wait_ready(self, timeout: float = 120.0) -> bool:
@@ -83,21 +80,9 @@ class ReplayProcess:
         self._notify = None
         return buf.startswith(b"ready")
 
-    def tell_pid(self, pid: int) -> None:
-        """Give the replayer the app's pid (pacing); harmless if it already exited."""
-        try:
-            os.write(self._pid_w, f"{pid}\n".encode())
-        except OSError:
-            pass
-        os.close(self._pid_w)
-        self._pid_w = None
-
     def finish(self, timeout: float = 120.0) -> dict:
         """Wait for the replayer to end (killing it after `timeout`); return its stats JSON
         plus exit_status and stderr."""
-        if self._pid_w is not None:
-            os.close(self._pid_w)
-            self._pid_w = None
         try:
             _, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -119,10 +104,10 @@ class ReplayProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for fd in (getattr(self, "_notify", None), getattr(self, "_pid_w", None)):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._notify = self._pid_w = None
+        fd = getattr(self, "_notify", None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._notify = None

@@ -94,8 +94,7 @@ def run_launch(conn, argv: Sequence[str], mode: str = "segmented", until: Until 
                 t0 = time.monotonic_ns()
                 rp.start()
                 ready = rp.wait_ready(timeout)
-            result = launch(argv, until, timeout, passthrough=passthrough, kill_at_end=kill_at_end,
-                            on_started=rp.tell_pid if rp else None)
+            result = launch(argv, until, timeout, passthrough=passthrough, kill_at_end=kill_at_end)
             use.stop()
             stats = rp.finish(timeout) if rp else None
         except BaseException:
