@@ -9,7 +9,7 @@ import pytest
 
 from warmstart.speculate.online import (JUDGE_MIN_PAGES, SLOW_START_PAGES, OnlinePrefetcher, classify,
                                         competitive_depth_pages, merge_runs)
-from warmstart.speculate.preresolve import launch_files, resolve_in_root
+from warmstart.speculate.preresolve import Elf, launch_files, read_ld_cache, resolve_in_root
 from warmstart.speculate.sandbox import split_chroot
 from warmstart.speculate.tracer import PageEvent, parse_line
 
@@ -119,6 +119,38 @@ def test_preresolution_matches_the_dynamic_loader(prog):
     want = {os.path.realpath(l.split(b"=>")[1].split()[0]) for l in out.splitlines() if b"=> /" in l}
     got = {os.path.realpath(p) for p in launch_files([os.fsencode(prog)], b"/", {b"PATH": os.fsencode(os.path.dirname(exe))})}
     assert want and want <= got, (want - got)
+
+
+def _bytes_read() -> int:
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def test_elf_facts_come_from_the_headers_not_the_whole_file(tmp_path):
+    """A 64 MiB executable costs pre-resolution its headers and dynamic strings, not 64 MiB of
+    reads of a launch it is meant to speed up."""
+    big = tmp_path / "big"
+    big.write_bytes(open(shutil.which("ls"), "rb").read())
+    with open(big, "ab") as f:
+        f.truncate(64 << 20)          # a sparse tail after the section headers
+    before = _bytes_read()
+    with open(big, "rb") as f:
+        elf = Elf(f)
+    assert _bytes_read() - before < 1 << 20
+    assert elf.interp and elf.interp.startswith(b"/") and b"libc.so.6" in elf.needed
+
+
+def test_not_an_elf_file_is_a_value_error(tmp_path):
+    for content in (b"", b"#!/bin/sh\n", b"\x7fELF" + bytes(60), open(shutil.which("ls"), "rb").read()[:200]):
+        (tmp_path / "x").write_bytes(content)
+        with open(tmp_path / "x", "rb") as f, pytest.raises(ValueError):
+            Elf(f)
+
+
+def test_ld_cache_is_read_through_ldconfig(tmp_path):
+    cache = read_ld_cache(b"/etc/ld.so.cache")
+    assert os.path.realpath(cache[b"libc.so.6"]) == os.path.realpath(b"/lib/x86_64-linux-gnu/libc.so.6")
+    assert read_ld_cache(os.fsencode(tmp_path / "missing")) == {}
 
 
 def test_cost_benefit_switches_prefetching_off_when_unused(tmp_path):

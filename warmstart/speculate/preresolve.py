@@ -1,6 +1,6 @@
 """Static ld.so pre-resolution: the libraries a program will map, found without running it.
 
-Reads the ELF dynamic section (DT_NEEDED, DT_RUNPATH, DT_RPATH), resolves each name the way
+Reads the ELF dynamic section (DT_NEEDED, DT_RUNPATH, DT_RPATH; pyelftools), resolves each name the way
 ld.so does (RPATH of the loaders when there is no RUNPATH, LD_LIBRARY_PATH, RUNPATH,
 /etc/ld.so.cache, the default directories), transitively, inside a root directory (a chroot
 image), following symlinks within that root. Reading headers has no side effects and costs a
@@ -8,15 +8,15 @@ few small reads of files the launch needs anyway; the result is prefetched befor
 """
 
 import os
+import re
+import shutil
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple
+import subprocess
+from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
-PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
-DT_NULL, DT_NEEDED, DT_STRTAB, DT_RPATH, DT_RUNPATH = 0, 1, 5, 15, 29
 DEFAULT_DIRS = (b"/lib/x86_64-linux-gnu", b"/usr/lib/x86_64-linux-gnu", b"/lib64", b"/usr/lib64",
                 b"/lib", b"/usr/lib")
-CACHE_MAGIC_NEW = b"glibc-ld.so.cache1.1"
-CACHE_MAGIC_OLD = b"ld.so-1.7.0"
+LDCONFIG_LINE = re.compile(rb"^\t(\S+) \(([^)]*)\) => (.+)$", re.M)
 MAX_LINKS = 40
 
 
@@ -53,67 +53,53 @@ def resolve_in_root(root: bytes, path: bytes) -> Optional[bytes]:
 
 
 class Elf:
-    """The few ELF facts ld.so needs: interpreter, needed names, run paths (64-bit LE only)."""
+    """The few ELF facts ld.so needs: interpreter, needed names, run paths (64-bit LE only).
+    pyelftools reads only the headers, the dynamic segment and its strings, not the whole file
+    (94 MiB for node: docs/speculation.md). Its strings are latin-1 str: back to the bytes."""
 
-    def __init__(self, data: bytes):
-        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-            raise ValueError("not a 64-bit little-endian ELF file")
-        phoff, = struct.unpack_from("<Q", data, 32)
-        phentsize, phnum = struct.unpack_from("<HH", data, 54)
-        self.interp: Optional[bytes] = None
-        loads: List[Tuple[int, int, int]] = []
-        dyn: Optional[Tuple[int, int]] = None
-        for i in range(phnum):
-            p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
-            if p_type == PT_LOAD:
-                loads.append((p_vaddr, p_offset, p_filesz))
-            elif p_type == PT_DYNAMIC:
-                dyn = (p_offset, p_filesz)
-            elif p_type == PT_INTERP:
-                self.interp = data[p_offset:p_offset + p_filesz].rstrip(b"\0")
-        self.needed: List[bytes] = []
-        self.rpath: List[bytes] = []
-        self.runpath: List[bytes] = []
-        if dyn is None:
-            return
-        entries, strtab = [], None
-        for off in range(dyn[0], dyn[0] + dyn[1], 16):
-            tag, val = struct.unpack_from("<qQ", data, off)
-            if tag == DT_NULL:
-                break
-            entries.append((tag, val))
-            if tag == DT_STRTAB:
-                strtab = next((o + val - v for v, o, n in loads if v <= val < v + n), None)
-        if strtab is None:
-            return
-
-        def s(off):
-            return data[strtab + off:data.index(b"\0", strtab + off)]
-        for tag, val in entries:
-            if tag == DT_NEEDED:
-                self.needed.append(s(val))
-            elif tag == DT_RPATH:
-                self.rpath += [d for d in s(val).split(b":") if d]
-            elif tag == DT_RUNPATH:
-                self.runpath += [d for d in s(val).split(b":") if d]
+    def __init__(self, f: BinaryIO):
+        from elftools.common.exceptions import ELFError   # 30 ms: only when a launch is resolved
+        from elftools.elf.elffile import ELFFile
+        try:
+            elf = ELFFile(f)
+            if elf.elfclass != 64 or not elf.little_endian:
+                raise ValueError("not a 64-bit little-endian ELF file")
+            self.interp: Optional[bytes] = None
+            self.needed: List[bytes] = []
+            self.rpath: List[bytes] = []
+            self.runpath: List[bytes] = []
+            for seg in elf.iter_segments():
+                if seg["p_type"] == "PT_INTERP":
+                    self.interp = os.fsencode(seg.get_interp_name())
+                elif seg["p_type"] == "PT_DYNAMIC":
+                    for tag in seg.iter_tags():
+                        kind = tag.entry.d_tag
+                        if kind == "DT_NEEDED":
+                            self.needed.append(tag.needed.encode("latin-1"))
+                        elif kind == "DT_RPATH":
+                            self.rpath += [d.encode("latin-1") for d in tag.rpath.split(":") if d]
+                        elif kind == "DT_RUNPATH":
+                            self.runpath += [d.encode("latin-1") for d in tag.runpath.split(":") if d]
+        except (ELFError, OverflowError) as e:   # OverflowError: an offset past any file
+            raise ValueError(f"not a readable ELF file: {e}") from e
 
 
-def read_ld_cache(data: bytes) -> Dict[bytes, bytes]:
-    """/etc/ld.so.cache -> {soname: path} (the new format, alone or after the old one)."""
-    start = data.find(CACHE_MAGIC_NEW)
-    if start < 0:
+def read_ld_cache(cache_file: bytes) -> Dict[bytes, bytes]:
+    """ld.so.cache -> {soname: path} of the x86-64 libraries, as glibc's own reader prints it
+    (`ldconfig -p`, lines "\tNAME (libc6,x86-64[, ...]) => PATH", as ctypes.util reads them);
+    {} without ldconfig or a readable cache (the default directories are still searched)."""
+    ldconfig = shutil.which("ldconfig", path="/usr/sbin:/sbin:/usr/bin:/bin")
+    if ldconfig is None:
         return {}
-    nlibs, = struct.unpack_from("<I", data, start + 20)
-    out: Dict[bytes, bytes] = {}
-    base = start + 48
-    for i in range(nlibs):
-        flags, key, value = struct.unpack_from("<iII", data, base + i * 24)
-        # Offsets are from the start of the new-format header; 64-bit x86 libraries only.
-        if flags & 0xff00 not in (0x0300, 0):
-            continue
-        name = data[start + key:data.index(b"\0", start + key)]
-        out.setdefault(name, data[start + value:data.index(b"\0", start + value)])
-    return out
+    try:
+        out = subprocess.run([ldconfig, "-p", "-C", cache_file], capture_output=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found: Dict[bytes, bytes] = {}
+    for m in LDCONFIG_LINE.finditer(out):
+        if m.group(2).split(b",")[:2] == [b"libc6", b"x86-64"]:
+            found.setdefault(m.group(1), m.group(3))
+    return found
 
 
 def _origin(dirs: Sequence[bytes], origin: bytes) -> List[bytes]:
@@ -123,11 +109,7 @@ def _origin(dirs: Sequence[bytes], origin: bytes) -> List[bytes]:
 def needed_files(executable: bytes, root: bytes = b"/", env_ld_path: bytes = b"") -> List[bytes]:
     """Paths (inside root) of the executable's interpreter and every library it will load,
     in ld.so's breadth-first load order. Unresolvable names are skipped (ld.so would fail)."""
-    try:
-        with open(os.path.join(root, b"etc/ld.so.cache"), "rb") as f:
-            cache = read_ld_cache(f.read())
-    except OSError:
-        cache = {}
+    cache = read_ld_cache(os.path.join(root, b"etc/ld.so.cache"))
     ld_path = [d for d in env_ld_path.split(b":") if d]
     out: List[bytes] = []
     seen = set()
@@ -143,7 +125,7 @@ def needed_files(executable: bytes, root: bytes = b"/", env_ld_path: bytes = b""
         seen.add(real)
         try:
             with open(host, "rb") as f:
-                elf = Elf(f.read())
+                elf = Elf(f)
         except (OSError, ValueError, struct.error):
             continue
         out.append(path)
