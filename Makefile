@@ -6,7 +6,10 @@ CC      ?= gcc
 CFLAGS  ?= -O2 -g -Wall -Wextra -Werror=implicit-function-declaration -D_GNU_SOURCE
 PYTHON  ?= python3
 
-# Each C component appends its programs to BINARIES and its test programs to CTESTS.
+# Each C component appends the programs warmstart runs (record, analyze, run, hook, speculate)
+# to HELPERS, its bench and test programs to BINARIES, and its C unit tests to CTESTS.
+# `make helpers BUILD=DIR` is what `pip install` builds into the package (setup.py).
+HELPERS  :=
 BINARIES :=
 CTESTS   :=
 include scripts/hddsim/build.mk replayer/build.mk replayer/probe.mk replayer/speculate.mk tests/apps/build.mk launchd-hook/build.mk \
@@ -21,8 +24,10 @@ deps:
 build: deps
 	@$(MAKE) --no-print-directory binaries
 
-.PHONY: binaries
-binaries: $(BINARIES)
+.PHONY: binaries helpers
+binaries: $(HELPERS) $(BINARIES)
+
+helpers: $(HELPERS)
 
 $(BUILD):
 	@mkdir -p $@

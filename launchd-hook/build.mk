@@ -1,9 +1,10 @@
-# build rules of launchd-hook (appends to BINARIES / CTESTS)
+# build rules of launchd-hook (appends to HELPERS, BINARIES, CTESTS)
 HOOK_DIR := launchd-hook
 HOOK_COMMON := $(HOOK_DIR)/index.c
 HOOK_HDRS := $(wildcard $(HOOK_DIR)/*.h)
 
-BINARIES += $(BUILD)/warmstartd $(BUILD)/libwarmstart-preload.so $(BUILD)/warmstart-execbench
+HELPERS  += $(BUILD)/warmstartd $(BUILD)/libwarmstart-preload.so
+BINARIES += $(BUILD)/warmstart-execbench   # the exec-overhead benchmark (docs/hook.md)
 CTESTS   += $(BUILD)/test-hook-index
 
 $(BUILD)/warmstartd: $(HOOK_DIR)/warmstartd.c $(HOOK_DIR)/worker.c $(HOOK_DIR)/spawn.c \

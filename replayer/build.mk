@@ -1,10 +1,10 @@
-# build rules of replayer (appends to BINARIES / CTESTS)
+# build rules of replayer (appends to HELPERS, BINARIES, CTESTS)
 REPLAY_SRC := replayer/wsr_format.c replayer/engine.c replayer/engine_ra.c replayer/engine_pread.c \
               replayer/engine_uring.c replayer/residency.c replayer/pressure.c replayer/replay.c \
               replayer/stats.c replayer/exitcheck.c
 REPLAY_HDR := $(wildcard replayer/*.h)
 
-BINARIES += $(BUILD)/warmstart-replay
+HELPERS  += $(BUILD)/warmstart-replay
 CTESTS   += $(BUILD)/test-replay-format $(BUILD)/test-replay-core
 
 $(BUILD)/warmstart-replay: replayer/main.c $(REPLAY_SRC) $(REPLAY_HDR) | $(BUILD)

@@ -11,21 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import have_loop, require
+from conftest import REPO, have_loop, require
 from warmstart.analyzer import probe
 from warmstart.analyzer.analyze import Options, analyze
 from warmstart.fiemap import fiemap
 from warmstart.db import open_db
 from warmstart.db.schedules import load_active_schedule, load_schedule
 from warmstart.errors import WarmstartError
-from warmstart.paths import REPO_ROOT
 
-PROBE = REPO_ROOT / "build" / "warmstart-probe"
+PROBE = REPO / "build" / "warmstart-probe"
 
 
 def _need_probe():
     if not PROBE.exists():
-        subprocess.run(["make", "-s", "-C", str(REPO_ROOT), "build/warmstart-probe"], check=False)
+        subprocess.run(["make", "-s", "-C", str(REPO), "build/warmstart-probe"], check=False)
     require(PROBE.exists(), "build/warmstart-probe not built (make binaries)")
 
 

@@ -15,7 +15,7 @@ from conftest import have_fuse, have_loop, have_tracefs, require
 from warmstart.bench import relocation
 from warmstart.cli import cli
 from warmstart.db import open_db
-from warmstart.paths import libexec_dir
+from warmstart.paths import find_helper
 from warmstart.report import markdown
 
 
@@ -33,7 +33,7 @@ def test_targets_from_per_app_numbers():
 
 def test_bench_relocate_one_rep(tmp_path):
     require(have_fuse() and have_loop() and have_tracefs(), "bench needs root, FUSE, loop devices and tracefs")
-    require((libexec_dir() / "hddsim").exists() and (libexec_dir() / "warmstart-replay").exists(),
+    require(find_helper("hddsim") and find_helper("warmstart-replay"),
             "run `make build` first (hddsim, warmstart-replay, warmstart-probe, synthlaunch)")
     db, md = tmp_path / "w.db", tmp_path / "bench.md"
     result = CliRunner().invoke(cli, ["--db", str(db), "bench", "--disk", "hdd7200", "--apps", "synth",

@@ -14,7 +14,7 @@ from conftest import have_fuse, have_loop, have_tracefs, require
 from warmstart.bench import unknown
 from warmstart.cli import cli
 from warmstart.db import open_db
-from warmstart.paths import libexec_dir
+from warmstart.paths import find_helper
 from warmstart.report import markdown
 
 
@@ -31,8 +31,8 @@ def test_targets_choose_one_mechanism_for_all_apps():
 
 def test_bench_unknown_one_rep(tmp_path):
     require(have_fuse() and have_loop() and have_tracefs(), "bench needs root, FUSE, loop devices and tracefs")
-    require((libexec_dir() / "hddsim").exists() and (libexec_dir() / "ws-spec-run").exists()
-            and (libexec_dir() / "synthlaunch").exists(), "run `make build` first (hddsim, ws-spec-run, synthlaunch)")
+    require(find_helper("hddsim") and find_helper("ws-spec-run")
+            and find_helper("synthlaunch"), "run `make build` first (hddsim, ws-spec-run, synthlaunch)")
     db, md = tmp_path / "w.db", tmp_path / "bench.md"
     result = CliRunner().invoke(cli, ["--db", str(db), "bench", "--disk", "hdd7200", "--apps", "synth",
                                       "--reps", "1", "--unknown", "--markdown", str(md), "--json"],

@@ -151,7 +151,7 @@ def test_the_learner_is_part_of_the_service(tmp_path):
     assert learner["Service"]["Restart"] == "on-failure"
     assert learner["Service"]["ExecStart"].endswith("--db /var/lib/warmstart/warmstart.db hook learner")
     assert learner["Install"]["WantedBy"] == "multi-user.target"
-    assert "@" not in learner["Service"]["ExecStart"] + learner["Service"]["Environment"]
+    assert "@" not in learner["Service"]["ExecStart"] + learner["Service"].get("Environment", "")
     require(shutil.which("systemd-analyze") is not None, "needs systemd-analyze (Debian's systemd)")
     r = subprocess.run(["systemd-analyze", "verify", str(paths.unit), str(paths.learner_unit)],
                        capture_output=True, text=True, timeout=60)

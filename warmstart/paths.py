@@ -1,12 +1,22 @@
 """Where things live: the database, the built C helpers; how private state files are opened."""
 
 import os
-from typing import Optional
+from typing import List, Optional
 from pathlib import Path
 
 from .errors import WarmstartError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent
+_PARENT = PACKAGE_DIR.parent
+LIBEXEC_ENV = "WARMSTART_LIBEXEC"
+
+
+def checkout_root() -> Optional[Path]:
+    """The source checkout this package runs from (an editable install, PYTHONPATH), or None
+    when it is installed (`pip install .`): then the C helpers and docs are package data."""
+    if (_PARENT / "Makefile").is_file() and (_PARENT / "launchd-hook").is_dir():
+        return _PARENT
+    return None
 
 
 def default_db_path() -> Path:
@@ -20,18 +30,48 @@ def default_db_path() -> Path:
     return Path(data_home) / "warmstart" / "warmstart.db"
 
 
-def libexec_dir() -> Path:
-    """The directory of the built C programs: WARMSTART_LIBEXEC, else the checkout's build/."""
-    env = os.environ.get("WARMSTART_LIBEXEC")
-    return Path(env) if env else REPO_ROOT / "build"
+def libexec_dirs() -> List[Path]:
+    """Where the built C programs are looked for, in this order: $WARMSTART_LIBEXEC, the
+    package's own libexec/ (what `pip install` built), the checkout's build/ (`make binaries`)."""
+    dirs = [Path(os.environ[LIBEXEC_ENV])] if os.environ.get(LIBEXEC_ENV) else []
+    dirs.append(PACKAGE_DIR / "libexec")
+    root = checkout_root()
+    if root is not None:
+        dirs.append(root / "build")
+    return dirs
+
+
+def find_helper(name: str) -> Optional[Path]:
+    """The first executable `name` in libexec_dirs(), or None."""
+    for d in libexec_dirs():
+        if os.access(d / name, os.X_OK):
+            return d / name
+    return None
 
 
 def helper_binary(name: str) -> Path:
     """Path of a built C helper (warmstart-replay, warmstart-probe, hddsim, ...)."""
-    path = libexec_dir() / name
-    if not os.access(path, os.X_OK):
-        raise WarmstartError(f"{name} is not built ({path} missing): run `make build` in {REPO_ROOT}")
-    return path
+    path = find_helper(name)
+    if path is not None:
+        return path
+    where = ", ".join(str(d) for d in libexec_dirs())
+    root = checkout_root()
+    if root is not None:
+        fix = f"run `make binaries` in {root}"
+    else:
+        fix = ("reinstall warmstart (`pip install` builds the helpers of record, analyze, run, hook and "
+               "speculate); the bench's emulated disk and test programs are built only in a source "
+               "checkout (`make binaries`)")
+    raise WarmstartError(f"{name} is not built (not in {where}): {fix}")
+
+
+def doc_path(name: str) -> Optional[Path]:
+    """A document of docs/ (hook.md, ...): the package's copy when installed, else the checkout's."""
+    root = checkout_root()
+    for d in (PACKAGE_DIR / "docs", root / "docs" if root is not None else None):
+        if d is not None and (d / name).is_file():
+            return d / name
+    return None
 
 
 PRIVATE_MODE = 0o600   # the database, logs and event records name users' programs, files and command lines

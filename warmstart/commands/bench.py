@@ -10,7 +10,7 @@ from ..bench import apps as appcat
 from ..bench.matrix import ALL_MODES, DISKS, BenchConfig, run_bench
 from ..cli import emit, json_option
 from ..db.connection import database_file
-from ..paths import REPO_ROOT
+from ..paths import checkout_root
 from ..report.markdown import render
 
 
@@ -37,7 +37,8 @@ def _split(value):
 @click.option("--no-timeline", is_flag=True, help="Do not sample repetition 1 for the timeline figure.")
 @click.option("--markdown", type=click.Path(dir_okay=False),
               help="Markdown file to update: this run's tables replace the section of the same kind "
-                   "of run and disk [default: docs/benchmarks.md].")
+                   "of run and disk [default: docs/benchmarks.md when run from a source checkout; "
+                   "an installed warmstart writes none unless asked].")
 @click.option("--relocate", is_flag=True,
               help="After the matrix, relocate every app in one `relocate` call on the emulated disk, "
                    "then measure reorder and segmented again (issue 9's targets; docs/relocation.md).")
@@ -68,8 +69,8 @@ def bench(ctx, disk, layout, hook_launches, app_names, extra_apps, reps, modes, 
     """
     if unknown and (relocate or relocate_one):
         raise click.UsageError("--unknown measures apps never recorded: it cannot be combined with --relocate")
-    if markdown is None:
-        markdown = str(REPO_ROOT / "docs" / "benchmarks.md")
+    if markdown is None and checkout_root() is not None:
+        markdown = str(checkout_root() / "docs" / "benchmarks.md")
     cfg = BenchConfig(disk=disk, apps=appcat.select(_split(app_names), extra_apps), reps=reps,
                       modes=_split(modes), timeout=timeout, timeline=not no_timeline, markdown=None,
                       relocate=relocate, relocate_one=relocate_one, unknown=unknown, layout=layout,

@@ -42,7 +42,7 @@ from ..signature import needles
 
 MAX_REQUEST = 16384
 
-LEARNER_NICE = 10   # the unit's Nice= (launchd-hook/warmstart-learner.service)
+LEARNER_NICE = 10   # the unit's Nice= (warmstart/hook/units/warmstart-learner.service)
 
 
 JSON_LOG = False   # `warmstart hook learner --json`: one JSON object per log line

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import WarmstartError
-from ..paths import REPO_ROOT, helper_binary, open_private_append, private_dir
+from ..paths import checkout_root, doc_path, helper_binary, open_private_append, private_dir
 from .config import HookConfig
 from .layout import HookPaths
 
-UNIT_TEMPLATE = REPO_ROOT / "launchd-hook" / "warmstartd.service"
-LEARNER_UNIT_TEMPLATE = REPO_ROOT / "launchd-hook" / "warmstart-learner.service"
-DOCS_URL = (REPO_ROOT / "docs" / "hook.md").as_uri()
+UNITS = Path(__file__).resolve().parent / "units"   # package data: the same in a checkout and an install
+UNIT_TEMPLATE = UNITS / "warmstartd.service"
+LEARNER_UNIT_TEMPLATE = UNITS / "warmstart-learner.service"
 
 
 def systemd_running() -> bool:
@@ -51,10 +51,34 @@ def learner_args(db_path: str):
     return [sys.executable, "-m", "warmstart", "--db", db_path, "hook", "learner"]
 
 
+def learner_env() -> dict:
+    """What the learner needs beyond sys.executable to import this warmstart: the checkout on
+    PYTHONPATH when it runs from one; nothing when installed."""
+    root = checkout_root()
+    return {"PYTHONPATH": str(root)} if root is not None else {}
+
+
+def _fill(template: Path, **values: str) -> str:
+    """A unit template with its @NAME@ fields filled in; the Documentation= and Environment=
+    lines are dropped when there is nothing to put there."""
+    docs = doc_path("hook.md")
+    values = dict(values, DOCS=docs.as_uri() if docs else "", ENVIRONMENT=values.get("ENVIRONMENT", ""))
+    lines = []
+    for line in template.read_text().splitlines(keepends=True):
+        for key, value in values.items():
+            if f"@{key}@" in line:
+                if not value:
+                    line = ""
+                    break
+                line = line.replace(f"@{key}@", value)
+        lines.append(line)
+    return "".join(lines)
+
+
 def write_learner_unit(paths: HookPaths, db_path: str) -> Path:
     """The learner's unit, part of warmstartd.service: after a reboot it runs again too."""
-    text = (LEARNER_UNIT_TEMPLATE.read_text().replace("@EXECSTART@", " ".join(learner_args(db_path)))
-            .replace("@ENVIRONMENT@", f"PYTHONPATH={REPO_ROOT}").replace("@DOCS@", DOCS_URL))
+    env = " ".join(f"{k}={v}" for k, v in learner_env().items())
+    text = _fill(LEARNER_UNIT_TEMPLATE, EXECSTART=" ".join(learner_args(db_path)), ENVIRONMENT=env)
     paths.learner_unit.parent.mkdir(parents=True, exist_ok=True)
     paths.learner_unit.write_text(text)
     os.chmod(paths.learner_unit, 0o644)
@@ -80,7 +104,7 @@ def start_learner(paths: HookPaths, db_path: str, use_systemd: Optional[bool] = 
         paths.learner_sock.unlink(missing_ok=True)
         log = open_private_append(paths.learner_log)
         try:
-            env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+            env = dict(os.environ, **learner_env())
             p = subprocess.Popen(learner_args(db_path), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                  start_new_session=True, close_fds=True, env=env)
         finally:
@@ -131,8 +155,7 @@ def running_pid(paths: HookPaths) -> Optional[int]:
 
 
 def write_unit(paths: HookPaths, cfg: Optional[HookConfig] = None) -> Path:
-    text = (UNIT_TEMPLATE.read_text().replace("@EXECSTART@", " ".join(daemon_args(paths, cfg)))
-            .replace("@DOCS@", DOCS_URL))
+    text = _fill(UNIT_TEMPLATE, EXECSTART=" ".join(daemon_args(paths, cfg)))
     paths.unit.parent.mkdir(parents=True, exist_ok=True)
     paths.unit.write_text(text)
     os.chmod(paths.unit, 0o644)
