@@ -2,6 +2,7 @@
 #ifndef WS_DAEMON_H
 #define WS_DAEMON_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -35,6 +36,9 @@ struct ws_heartbeat {
 
 uint64_t ws_now_ns(void);
 void ws_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The signals the watchdog and the worker read from a signalfd (TERM, INT, HUP, USR1, CHLD):
+ * blocked from the start, so an early SIGUSR1 does not kill the daemon. */
+void ws_handled_signals(sigset_t *set);
 
 /* The fanotify event loop; returns the process exit status. */
 int ws_worker_run(const struct ws_options *opt, struct ws_heartbeat *hb);

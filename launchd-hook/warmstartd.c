@@ -44,6 +44,16 @@ void ws_log(const char *fmt, ...)
 	fprintf(stderr, "warmstartd[%d]: %s\n", (int)getpid(), msg);
 }
 
+void ws_handled_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGUSR1);
+	sigaddset(set, SIGCHLD);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -139,97 +149,111 @@ static pid_t start_sentinel(const struct ws_options *opt, struct ws_heartbeat *h
 	}
 }
 
+/* The watchdog's state: its worker, the signals it reads, its restarts in the current minute. */
+struct watchdog {
+	const struct ws_options *opt;
+	struct ws_heartbeat *hb;
+	pid_t me, worker;
+	int sfd, stopping, restarts;
+	uint64_t window_start;
+};
+
+/* SIGTERM/SIGINT: stop the worker (continued first, should it be stopped); SIGHUP and SIGUSR1
+ * are the worker's to act on. */
+static void forward_signals(struct watchdog *w)
+{
+	struct signalfd_siginfo si;
+
+	while (read(w->sfd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+			w->stopping = 1;
+			kill(w->worker, SIGTERM);
+			kill(w->worker, SIGCONT);
+		} else if (si.ssi_signo == SIGHUP || si.ssi_signo == SIGUSR1) {
+			kill(w->worker, (int)si.ssi_signo);
+		}
+	}
+}
+
+/* The worker ended with status: start a new one (-1: go on watching) unless the daemon is
+ * stopping (0) or the worker cannot run: it could not start, or it restarted 5 times in a
+ * minute (1; execs are unaffected). */
+static int worker_ended(struct watchdog *w, int status)
+{
+	if (w->stopping)
+		return 0;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 1 && w->hb->worker_pid == 0) {
+		ws_log("worker could not start; giving up (execs are unaffected)");
+		return 1;
+	}
+	ws_log("worker %d ended (%s %d); restarting", (int)w->worker,
+	       WIFSIGNALED(status) ? "signal" : "status",
+	       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+	if (ws_now_ns() - w->window_start > 60000000000ull) {
+		w->window_start = ws_now_ns();
+		w->restarts = 0;
+	}
+	if (++w->restarts > 5) {
+		ws_log("worker restarted 5 times in a minute; giving up (execs are unaffected)");
+		return 1;
+	}
+	usleep(200000);
+	w->hb->worker_pid = 0;
+	w->hb->held = 0;
+	w->hb->beat_ns = ws_now_ns();
+	w->worker = start_worker(w->opt, w->hb, w->me);
+	return w->worker < 0 ? 1 : -1;
+}
+
+/* A stopped or hung listener blocks every exec on the marked mounts: kill it, which makes the
+ * kernel allow whatever it held; worker_ended then starts over. */
+static void kill_if_stuck(struct watchdog *w)
+{
+	if (stopped(w->worker)) {
+		ws_log("worker %d is stopped; killing it so execs proceed", (int)w->worker);
+		kill(w->worker, SIGKILL);
+	} else if (ws_now_ns() - w->hb->beat_ns > (uint64_t)w->opt->hang_ms * 1000000ull) {
+		ws_log("worker %d missed its heartbeat for %u ms; killing it", (int)w->worker, w->opt->hang_ms);
+		kill(w->worker, SIGKILL);
+	}
+}
+
 static int run_watchdog(const struct ws_options *opt, struct ws_heartbeat *hb)
 {
+	struct watchdog w = {.opt = opt, .hb = hb, .me = getpid(), .window_start = ws_now_ns()};
 	sigset_t set;
-	pid_t worker, me = getpid();
-	int sfd, restarts = 0, stopping = 0;
-	uint64_t window_start = ws_now_ns();
+	int rc = -1;
 
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGUSR1);
-	sigaddset(&set, SIGCHLD);
+	ws_handled_signals(&set);
 	sigprocmask(SIG_BLOCK, &set, NULL);
-	sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sfd < 0) {
+	w.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (w.sfd < 0) {
 		ws_log("signalfd: %s", strerror(errno));
 		return 1;
 	}
 	hb->beat_ns = ws_now_ns();
-	if (start_sentinel(opt, hb, me) < 0)
+	if (start_sentinel(opt, hb, w.me) < 0)
 		ws_log("cannot start the sentinel: %s (execs wait if both processes are stopped)",
 		       strerror(errno));
-	worker = start_worker(opt, hb, me);
-	if (worker < 0) {
-		ws_log("fork: %s", strerror((int)-worker));
-		close(sfd);
+	w.worker = start_worker(opt, hb, w.me);
+	if (w.worker < 0) {
+		ws_log("fork: %s", strerror((int)-w.worker));
+		close(w.sfd);
 		return 1;
 	}
-	for (;;) {
-		struct pollfd p = {sfd, POLLIN, 0};
-		struct signalfd_siginfo si;
+	while (rc < 0) {
+		struct pollfd p = {w.sfd, POLLIN, 0};
 		int status;
-		pid_t dead;
 
 		poll(&p, 1, (int)opt->stop_check_ms);
-		while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
-			if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
-				stopping = 1;
-				kill(worker, SIGTERM);
-				kill(worker, SIGCONT);
-			} else if (si.ssi_signo == SIGHUP || si.ssi_signo == SIGUSR1) {
-				kill(worker, (int)si.ssi_signo);
-			}
-		}
-		dead = waitpid(worker, &status, WNOHANG);
-		if (dead == worker) {
-			if (stopping) {
-				close(sfd);
-				return 0;
-			}
-			if (WIFEXITED(status) && WEXITSTATUS(status) == 1 && hb->worker_pid == 0) {
-				ws_log("worker could not start; giving up (execs are unaffected)");
-				close(sfd);
-				return 1;
-			}
-			ws_log("worker %d ended (%s %d); restarting", (int)worker,
-			       WIFSIGNALED(status) ? "signal" : "status",
-			       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-			if (ws_now_ns() - window_start > 60000000000ull) {
-				window_start = ws_now_ns();
-				restarts = 0;
-			}
-			if (++restarts > 5) {
-				ws_log("worker restarted 5 times in a minute; giving up (execs are unaffected)");
-				close(sfd);
-				return 1;
-			}
-			usleep(200000);
-			hb->worker_pid = 0;
-			hb->held = 0;
-			hb->beat_ns = ws_now_ns();
-			worker = start_worker(opt, hb, me);
-			if (worker < 0) {
-				close(sfd);
-				return 1;
-			}
-			continue;
-		}
-		if (stopping)
-			continue;
-		if (stopped(worker)) {
-			/* a stopped listener blocks every exec on the marked mounts: kill it, which makes
-			 * the kernel allow whatever it held, and start over */
-			ws_log("worker %d is stopped; killing it so execs proceed", (int)worker);
-			kill(worker, SIGKILL);
-		} else if (ws_now_ns() - hb->beat_ns > (uint64_t)opt->hang_ms * 1000000ull) {
-			ws_log("worker %d missed its heartbeat for %u ms; killing it", (int)worker, opt->hang_ms);
-			kill(worker, SIGKILL);
-		}
+		forward_signals(&w);
+		if (waitpid(w.worker, &status, WNOHANG) == w.worker)
+			rc = worker_ended(&w, status);
+		else if (!w.stopping)
+			kill_if_stuck(&w);
 	}
+	close(w.sfd);
+	return rc;
 }
 
 static char *default_replayer(const char *argv0)
@@ -249,7 +273,8 @@ static char *default_replayer(const char *argv0)
 	return out;
 }
 
-int main(int argc, char **argv)
+/* argv into *opt: -1 to go on, else the exit status (0 after --help, 2 after a bad option). */
+static int parse_options(int argc, char **argv, struct ws_options *opt)
 {
 	static const struct option longopts[] = {
 		{"index", required_argument, 0, 'i'},   {"replayer", required_argument, 0, 'r'},
@@ -260,68 +285,77 @@ int main(int argc, char **argv)
 		{"launch-dir", required_argument, 0, 'L'}, {"learner", required_argument, 0, 'l'},
 		{"learn-prefix", required_argument, 0, 'P'},
 		{0, 0, 0, 0}};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'i': opt->index_path = optarg; break;
+		case 'r': opt->replayer = optarg; break;
+		case 'e': opt->events_path = optarg; break;
+		case 's': opt->stats_path = optarg; break;
+		case 'p': opt->pidfile = optarg; break;
+		case 'm':
+			if (opt->n_marks == WS_MAX_MARKS) {
+				fprintf(stderr, "warmstartd: at most %d --mark paths\n", WS_MAX_MARKS);
+				return 2;
+			}
+			opt->marks[opt->n_marks++] = optarg;
+			break;
+		case 'W': opt->watchdog = 0; break;
+		case 'L': opt->launch_dir = optarg; break;
+		case 'l': opt->learner = optarg; break;
+		case 'P':
+			if (opt->n_learn_prefixes == WS_MAX_MARKS) {
+				fprintf(stderr, "warmstartd: at most %d --learn-prefix\n", WS_MAX_MARKS);
+				return 2;
+			}
+			opt->learn_prefixes[opt->n_learn_prefixes++] = optarg;
+			break;
+		case 'c': opt->stop_check_ms = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'H': opt->hang_ms = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc || opt->stop_check_ms == 0 || opt->hang_ms == 0) {
+		usage(stderr);
+		return 2;
+	}
+	return -1;
+}
+
+static int write_pidfile(const char *path)
+{
+	FILE *f = fopen(path, "we");
+
+	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
+		fprintf(stderr, "warmstartd: cannot write pidfile %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
 	struct ws_options opt = {.index_path = "/var/lib/warmstart/hook.idx", .watchdog = 1,
 				 .stop_check_ms = 50, .hang_ms = 2000};
 	struct ws_heartbeat *hb;
 	char *replayer_default = NULL;
 	sigset_t handled;
-	int c, rc;
+	int rc;
 
 	/* block (signalfd-handled) signals first: an early SIGUSR1 must not kill us */
-	sigemptyset(&handled);
-	sigaddset(&handled, SIGTERM);
-	sigaddset(&handled, SIGINT);
-	sigaddset(&handled, SIGHUP);
-	sigaddset(&handled, SIGUSR1);
-	sigaddset(&handled, SIGCHLD);
+	ws_handled_signals(&handled);
 	sigprocmask(SIG_BLOCK, &handled, NULL);
-
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'i': opt.index_path = optarg; break;
-		case 'r': opt.replayer = optarg; break;
-		case 'e': opt.events_path = optarg; break;
-		case 's': opt.stats_path = optarg; break;
-		case 'p': opt.pidfile = optarg; break;
-		case 'm':
-			if (opt.n_marks == WS_MAX_MARKS) {
-				fprintf(stderr, "warmstartd: at most %d --mark paths\n", WS_MAX_MARKS);
-				return 2;
-			}
-			opt.marks[opt.n_marks++] = optarg;
-			break;
-		case 'W': opt.watchdog = 0; break;
-		case 'L': opt.launch_dir = optarg; break;
-		case 'l': opt.learner = optarg; break;
-		case 'P':
-			if (opt.n_learn_prefixes == WS_MAX_MARKS) {
-				fprintf(stderr, "warmstartd: at most %d --learn-prefix\n", WS_MAX_MARKS);
-				return 2;
-			}
-			opt.learn_prefixes[opt.n_learn_prefixes++] = optarg;
-			break;
-		case 'c': opt.stop_check_ms = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'H': opt.hang_ms = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (optind != argc || opt.stop_check_ms == 0 || opt.hang_ms == 0) {
-		usage(stderr);
-		return 2;
-	}
+	rc = parse_options(argc, argv, &opt);
+	if (rc >= 0)
+		return rc;
 	if (!opt.replayer) {
 		replayer_default = default_replayer(argv[0]);
 		opt.replayer = replayer_default;
 	}
-	if (opt.pidfile) {
-		FILE *f = fopen(opt.pidfile, "we");
-
-		if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
-			fprintf(stderr, "warmstartd: cannot write pidfile %s: %s\n", opt.pidfile, strerror(errno));
-			return 1;
-		}
-	}
+	if (opt.pidfile && write_pidfile(opt.pidfile) < 0)
+		return 1;
 	hb = mmap(NULL, sizeof(*hb), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (hb == MAP_FAILED) {
 		perror("warmstartd: mmap");

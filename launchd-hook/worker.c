@@ -381,65 +381,44 @@ static void note_launch(struct worker *w, pid_t app, uint64_t starttime, uint64_
 	w->launches[w->n_launches++ % MAX_LAUNCHES] = (struct launch){app, starttime, schedule_id};
 }
 
-/* Decide one exec. Every path that does not start a hold answers FAN_ALLOW right here. */
-static void handle_exec(struct worker *w, const struct fanotify_event_metadata *m, uint64_t t0)
+/* The index entry this exec of a recorded executable matches: its identity, and the argv it is
+ * exec'd with for signatures. NULL if none; an identity mismatch is written as an event. */
+static const struct ws_index_entry *match_exec(struct worker *w, const struct fanotify_event_metadata *m,
+					       const struct stat *st)
 {
 	const struct ws_index_entry *e;
-	struct ws_argv *av = NULL;
-	struct stat st;
-	char stats[sizeof(((struct hold *)0)->stats)];
-	int mismatch = 0, slot, nfd, err;
-	uid_t uid;
-	gid_t gid;
-	pid_t rp;
-	uint32_t hold_ms;
-	uint64_t starttime;
+	struct ws_argv *av = malloc(sizeof(*av));
+	int mismatch = 0, err;
 
-	w->n_events++;
-	if (!w->idx.hdr || fstat(m->fd, &st) < 0 || !ws_index_find(&w->idx, st.st_dev, st.st_ino)) {
-		if (w->opt->learner && w->idx.hdr && try_learn(w, m, &st, t0))
-			return;
-		respond(w, m->fd, FAN_ALLOW);
-		w->lat_ns[w->n_lat++ % LAT_RING] = (uint32_t)(ws_now_ns() - t0);
-		return;
-	}
-	/* a recorded executable: read the argv it is being exec'd with (for signatures) */
-	av = malloc(sizeof(*av));
 	if (av && (err = ws_exec_argv(m->pid, av)) < 0) {
 		ws_log("pid %d: the argv of its exec is unreadable (%s): no argv signature can match",
 		       (int)m->pid, strerror(-err));
 		free(av);
 		av = NULL;
 	}
-	e = ws_index_match(&w->idx, st.st_dev, st.st_ino, st.st_size,
-			   (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+	e = ws_index_match(&w->idx, st->st_dev, st->st_ino, st->st_size,
+			   (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
 			   av ? av->argv : NULL, av ? av->argc : 0, &mismatch);
 	free(av);
-	if (!e) {
-		if (mismatch)
-			emit_event(w, "\"event\": \"identity-mismatch\", \"dev\": %llu, \"ino\": %llu",
-				   (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
-		respond(w, m->fd, FAN_ALLOW);
-		return;
-	}
-	starttime = ws_proc_starttime(m->pid);
-	if (starttime && in_flight(w, m->pid, starttime, e->schedule_id)) {
-		/* the wrapper this process exec'd before (env, chroot) was hooked and decided this
-		 * launch: its replayer is fetching (or done), having held the wrapper's exec */
-		respond(w, m->fd, FAN_ALLOW);
-		emit_event(w, "\"event\": \"exec-in-flight\", \"schedule_id\": %llu, \"pid\": %d",
-			   (unsigned long long)e->schedule_id, (int)m->pid);
-		return;
-	}
-	if (w->stale[e - w->idx.entries]) {
-		note_launch(w, m->pid, starttime, e->schedule_id);
-		emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, "
-			      "\"outcome\": \"stale\"", (unsigned long long)e->schedule_id, (int)m->pid);
-		respond(w, m->fd, FAN_ALLOW);
-		return;
-	}
-	w->n_matched++;
-	slot = free_hold(w);
+	if (!e && mismatch)
+		emit_event(w, "\"event\": \"identity-mismatch\", \"dev\": %llu, \"ino\": %llu",
+			   (unsigned long long)st->st_dev, (unsigned long long)st->st_ino);
+	return e;
+}
+
+/* Start e's replayer, as the exec's user, and hold the exec until the pre-buffer is in, the
+ * replayer is gone or the entry's hold time passes. Without a free hold slot, the process's ids
+ * or a replayer: FAN_ALLOW now. */
+static void hold_for_replayer(struct worker *w, const struct fanotify_event_metadata *m,
+			      const struct ws_index_entry *e, uint64_t starttime, uint64_t t0)
+{
+	char stats[sizeof(((struct hold *)0)->stats)];
+	int slot = free_hold(w), nfd, err;
+	uid_t uid;
+	gid_t gid;
+	pid_t rp;
+	uint32_t hold_ms;
+
 	err = ws_proc_ids(m->pid, &uid, &gid);
 	if (slot < 0 || err < 0) {
 		w->n_allowed_error++;
@@ -464,6 +443,46 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 				       e->schedule_id, 0, "", uid};
 	memcpy(w->holds[slot].stats, stats, sizeof(stats));
 	w->hb->held++;
+}
+
+/* Decide one exec. Every path that does not start a hold answers FAN_ALLOW right here. */
+static void handle_exec(struct worker *w, const struct fanotify_event_metadata *m, uint64_t t0)
+{
+	const struct ws_index_entry *e;
+	struct stat st;
+	uint64_t starttime;
+
+	w->n_events++;
+	if (!w->idx.hdr || fstat(m->fd, &st) < 0 || !ws_index_find(&w->idx, st.st_dev, st.st_ino)) {
+		if (w->opt->learner && w->idx.hdr && try_learn(w, m, &st, t0))
+			return;
+		respond(w, m->fd, FAN_ALLOW);
+		w->lat_ns[w->n_lat++ % LAT_RING] = (uint32_t)(ws_now_ns() - t0);
+		return;
+	}
+	e = match_exec(w, m, &st);
+	if (!e) {
+		respond(w, m->fd, FAN_ALLOW);
+		return;
+	}
+	starttime = ws_proc_starttime(m->pid);
+	if (starttime && in_flight(w, m->pid, starttime, e->schedule_id)) {
+		/* the wrapper this process exec'd before (env, chroot) was hooked and decided this
+		 * launch: its replayer is fetching (or done), having held the wrapper's exec */
+		respond(w, m->fd, FAN_ALLOW);
+		emit_event(w, "\"event\": \"exec-in-flight\", \"schedule_id\": %llu, \"pid\": %d",
+			   (unsigned long long)e->schedule_id, (int)m->pid);
+		return;
+	}
+	if (w->stale[e - w->idx.entries]) {
+		note_launch(w, m->pid, starttime, e->schedule_id);
+		emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, "
+			      "\"outcome\": \"stale\"", (unsigned long long)e->schedule_id, (int)m->pid);
+		respond(w, m->fd, FAN_ALLOW);
+		return;
+	}
+	w->n_matched++;
+	hold_for_replayer(w, m, e, starttime, t0);
 }
 
 static void handle_fanotify(struct worker *w)
@@ -554,12 +573,7 @@ static int setup(struct worker *w)
 	w->index_wd = inotify_add_watch(w->ino, dir, IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_ONLYDIR);
 	if (w->index_wd < 0)
 		ws_log("cannot watch %s (%s): index changes need SIGHUP", dir, strerror(errno));
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGCHLD);
-	sigaddset(&set, SIGUSR1);
+	ws_handled_signals(&set);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	w->sig = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (w->sig < 0)
@@ -577,6 +591,55 @@ static int setup(struct worker *w)
 			       strerror(errno));
 	}
 	return 0;
+}
+
+/* What to poll: fanotify, inotify, signals, then the notify fd of each held exec's replayer
+ * (hold_of: its hold); a hold past its deadline is released now. Returns the number of fds;
+ * *timeout_ms: until the nearest deadline, at most 100 ms (the heartbeat's period). */
+static int poll_set(struct worker *w, uint64_t now, struct pollfd *pfd, int *hold_of, int *timeout_ms)
+{
+	uint64_t next = now + 100000000ull;
+	int nfds = 3;
+
+	pfd[0] = (struct pollfd){w->fan, POLLIN, 0};
+	pfd[1] = (struct pollfd){w->ino, POLLIN, 0};
+	pfd[2] = (struct pollfd){w->sig, POLLIN, 0};
+	for (int i = 0; i < MAX_HOLDS; i++) {
+		if (w->holds[i].event_fd < 0)
+			continue;
+		if (w->holds[i].deadline_ns <= now) {
+			release(w, &w->holds[i], "deadline");
+			continue;
+		}
+		if (w->holds[i].deadline_ns < next)
+			next = w->holds[i].deadline_ns;
+		hold_of[nfds] = i;
+		pfd[nfds++] = (struct pollfd){w->holds[i].notify_fd, POLLIN, 0};
+	}
+	*timeout_ms = (int)((next - now + 999999) / 1000000);
+	return nfds;
+}
+
+/* SIGCHLD: reap replayers; SIGHUP: reload the index; SIGUSR1: write the stats. Returns 0 after
+ * SIGTERM or SIGINT (stop), else 1. */
+static int handle_signals(struct worker *w)
+{
+	struct signalfd_siginfo si;
+	int running = 1;
+
+	while (read(w->sig, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGCHLD) {
+			while (waitpid(-1, NULL, WNOHANG) > 0)
+				;
+		} else if (si.ssi_signo == SIGHUP) {
+			load_index(w);
+		} else if (si.ssi_signo == SIGUSR1) {
+			write_stats(w);
+		} else {
+			running = 0;
+		}
+	}
+	return running;
 }
 
 int ws_worker_run(const struct ws_options *opt, struct ws_heartbeat *hb)
@@ -597,26 +660,11 @@ int ws_worker_run(const struct ws_options *opt, struct ws_heartbeat *hb)
 	hb->worker_pid = getpid();
 	ws_log("worker %d ready (replayer %s)", (int)getpid(), opt->replayer);
 	while (running) {
-		uint64_t now = ws_now_ns(), next = now + 100000000ull; /* beat at least every 100 ms */
-		int nfds = 3, timeout;
+		uint64_t now = ws_now_ns();
+		int nfds, timeout;
 
 		hb->beat_ns = now;
-		pfd[0] = (struct pollfd){w.fan, POLLIN, 0};
-		pfd[1] = (struct pollfd){w.ino, POLLIN, 0};
-		pfd[2] = (struct pollfd){w.sig, POLLIN, 0};
-		for (int i = 0; i < MAX_HOLDS; i++) {
-			if (w.holds[i].event_fd < 0)
-				continue;
-			if (w.holds[i].deadline_ns <= now) {
-				release(&w, &w.holds[i], "deadline");
-				continue;
-			}
-			if (w.holds[i].deadline_ns < next)
-				next = w.holds[i].deadline_ns;
-			hold_of[nfds] = i;
-			pfd[nfds++] = (struct pollfd){w.holds[i].notify_fd, POLLIN, 0};
-		}
-		timeout = (int)((next - now + 999999) / 1000000);
+		nfds = poll_set(&w, now, pfd, hold_of, &timeout);
 		if (poll(pfd, nfds, timeout) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -635,22 +683,8 @@ int ws_worker_run(const struct ws_options *opt, struct ws_heartbeat *hb)
 			handle_fanotify(&w);
 		if (pfd[1].revents)
 			handle_inotify(&w);
-		if (pfd[2].revents) {
-			struct signalfd_siginfo si;
-
-			while (read(w.sig, &si, sizeof(si)) == sizeof(si)) {
-				if (si.ssi_signo == SIGCHLD) {
-					while (waitpid(-1, NULL, WNOHANG) > 0)
-						;
-				} else if (si.ssi_signo == SIGHUP) {
-					load_index(&w);
-				} else if (si.ssi_signo == SIGUSR1) {
-					write_stats(&w);
-				} else {
-					running = 0;
-				}
-			}
-		}
+		if (pfd[2].revents)
+			running = handle_signals(&w);
 	}
 	for (int i = 0; i < MAX_HOLDS; i++)
 		if (w.holds[i].event_fd >= 0)
