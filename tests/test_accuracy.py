@@ -17,10 +17,11 @@ from replay_helpers import cached_pages, evict, file_range, make_app, save, sche
 from warmstart.db import open_db
 from warmstart.db.launches import list_launches
 from warmstart.replay.pageuse import PAGE, used_pages
-from warmstart.replay.runner import run_launch
+from warmstart.replay.runner import LaunchOptions, Prefetch, run_launch
 
 KIB = 1024
 SYNTH = REPO / "build" / "synthlaunch"
+QUIET = LaunchOptions(passthrough=False)   # the app's output captured, not printed
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_half_covered_schedule_gives_half_accuracy_and_half_waste(disk, tmp_path
     argv = [str(SYNTH), f"{access}:{data}:0:{256 * KIB}"]
     conn = _app(tmp_path, disk, argv)
     _prepare(data, cached)
-    out = run_launch(conn, argv, "segmented", name="synth", passthrough=False, measure_use=True)
+    out = run_launch(conn, argv, Prefetch(measure_use=True), QUIET, name="synth")
     assert out.exit_status == 0 and out.prefetched, out.notes
     pu = out.page_use
     assert pu["lost_events"] == 0 and pu["exact"], pu
@@ -93,7 +94,7 @@ def test_replayer_reads_are_not_use_and_unscheduled_files_are_misses(disk, tmp_p
     save(conn, "shell", [[file_range(sf, 128 * KIB, 128 * KIB), file_range(big, 0, 8192 * KIB)]], [sf, big])
     for p in ("data.bin", "other.bin", "small.txt", "big.bin"):
         evict(mp / p)
-    out = run_launch(conn, argv, "interleave", name="shell", engine="pread", passthrough=False, measure_use=True)
+    out = run_launch(conn, argv, Prefetch("interleave", "pread", measure_use=True), QUIET, name="shell")
     assert out.exit_status == 0 and out.prefetched, out.notes
     st = out.replay_stats
     assert st["bytes_fetched"] == (128 + 8192) * KIB, st      # all of it, by read(), ...
@@ -112,7 +113,7 @@ def test_without_measure_use_nothing_is_traced_or_stored(disk, tmp_path):
     data = disk.mountpoint / "data.bin"
     argv = [str(SYNTH), f"read:{data}:0:{4 * KIB}"]
     conn = _app(tmp_path, disk, argv)
-    out = run_launch(conn, argv, "segmented", name="synth", passthrough=False)
+    out = run_launch(conn, argv, Prefetch(), QUIET, name="synth")
     assert out.page_use is None
     row = list_launches(conn)[-1]
     assert row["used_bytes"] is None and row["prefetched_used_bytes"] is None
@@ -123,7 +124,7 @@ def test_report_table_shows_accuracy_and_waste(disk, tmp_path):
     data = disk.mountpoint / "data.bin"
     argv = [str(SYNTH), f"read:{data}:0:{256 * KIB}"]
     conn = _app(tmp_path, disk, argv)
-    run_launch(conn, argv, "segmented", name="synth", passthrough=False, measure_use=True)
+    run_launch(conn, argv, Prefetch(measure_use=True), QUIET, name="synth")
     conn.commit()
     r = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(tmp_path / "db"), "report"],
                        capture_output=True, cwd=REPO, text=True)

@@ -279,7 +279,7 @@ def test_export_import_across_disks_gains_match(tmp_path, cpu_ms):
         subprocess.run(["make", "-s", "build/synthlaunch"], cwd=REPO, check=True)
     require((REPO / "build" / "warmstart-replay").exists(), "run `make build` first (warmstart-replay)")
     from warmstart.emudisk import EmuDisk
-    from warmstart.replay.runner import run_launch
+    from warmstart.replay.runner import NO_PREFETCH, LaunchOptions, Prefetch, run_launch
     names = [f"app/{d}/f{i:02d}.bin".encode() for d in ("lib", "share", "plugins", "data") for i in range(12)]
     disks = []
     try:
@@ -331,8 +331,9 @@ def test_export_import_across_disks_gains_match(tmp_path, cpu_ms):
             random.Random(rep).shuffle(order)
             for mode in order:
                 _cold()
-                out = run_launch(conn, argv_b, "none" if mode == "cold" else "segmented",
-                                 name="local" if mode == "cold" else mode, passthrough=False, store=False)
+                out = run_launch(conn, argv_b, NO_PREFETCH if mode == "cold" else Prefetch(),
+                                 LaunchOptions(passthrough=False), store=None,
+                                 name="local" if mode == "cold" else mode)
                 assert out.exit_status == 0, out
                 assert mode == "cold" or out.prefetched, out.notes
                 times[mode].append(out.launch_time_s)

@@ -13,7 +13,7 @@ from replay_helpers import cached_pages, evict, file_range, make_app, save, sche
 from warmstart.db import open_db
 from warmstart.db.launches import list_launches
 from warmstart.replay.process import ReplayProcess
-from warmstart.replay.runner import run_launch
+from warmstart.replay.runner import LaunchOptions, Prefetch, run_launch
 
 KIB = 1024
 
@@ -95,7 +95,7 @@ def test_cold_run_drops_the_cache_and_is_stored_as_cold(app_on_disk):
 def test_run_launch_library_json(app_on_disk):
     db, conn, argv, data = app_on_disk
     evict(data)
-    out = run_launch(conn, argv, "segmented", name="wc", passthrough=False)
+    out = run_launch(conn, argv, Prefetch("segmented"), LaunchOptions(passthrough=False), name="wc")
     assert out.prefetched and out.exit_status == 3 and out.output.strip() == b"524288"
     assert out.launch_time_s >= out.app_time_s and out.prebuffer_s > 0
     assert out.replay_stats["prebuffer_bytes"] == 128 * KIB

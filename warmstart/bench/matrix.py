@@ -38,7 +38,7 @@ from ..paths import helper_binary
 from ..recorder.coldcache import drop_caches
 from ..recorder.recorder import RecordOptions, record_once
 from ..replay.export import block_device_node
-from ..replay.runner import run_launch
+from ..replay.runner import NO_PREFETCH, LaunchOptions, Prefetch, StoreAs, run_launch
 from ..report import stats, summary
 from . import apps as appcat
 from .sampler import LaunchSampler, block_name
@@ -264,6 +264,37 @@ def _segment_ends(replay: Optional[dict]) -> list:
 def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = print,
               progress: Optional[Callable[[str], None]] = None) -> dict:
     """Run the whole matrix; returns the JSON document (also the source of the markdown)."""
+    _check_config(cfg)
+    bench_id = time.strftime("%Y%m%d-%H%M%S-") + cfg.label
+    tick = progress or (lambda label: None)
+    doc = {"bench_id": bench_id, "disk": cfg.label, "disk_kind": cfg.disk, "layout": cfg.layout, "reps": cfg.reps, "modes": list(cfg.modes),
+           "started_at": time.time(), "kernel": os.uname().release, "apps": {}, "problems": []}
+    until = parse_until("exit")
+    with DiskUnderTest(cfg.disk, say, cfg.layout) as dut:
+        ensure_profile(conn, dut, say)
+        apps = _install_apps(cfg, dut)
+        if cfg.unknown:
+            from . import unknown
+            doc["modes"] = [unknown.mode_of(m) for m in unknown.MECHS]
+            doc["unknown"] = unknown.run_unknown(conn, cfg, dut, doc, bench_id, apps, until, make_cold, tick, say)
+            apps = []  # never seen: no recording, schedule or matrix
+        prepared = {}
+        for app in apps:
+            prepared[app.name] = _prepare_app(conn, cfg, dut, bench_id, app, until, say)
+            doc["apps"][app.name] = prepared[app.name][4]
+            tick(f"prepared {app.name}")
+        if prepared:
+            _run_matrix(conn, db_path, cfg, dut, doc, bench_id, prepared, until, tick, say)
+    doc["finished_at"] = time.time()
+    _add_results(conn, cfg, doc, bench_id)
+    if cfg.markdown:
+        from ..report.markdown import write_markdown
+        write_markdown(doc, cfg.markdown)
+    return doc
+
+
+def _check_config(cfg: BenchConfig) -> None:
+    """Fail before any disk comes up: not root, or an option the bench cannot honour."""
     if os.geteuid() != 0:
         raise WarmstartError("bench needs root (emulated disks, drop_caches, tracefs): run it as root")
     if cfg.disk not in DISKS:
@@ -277,91 +308,101 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
     relocation.check_config(cfg)
     if cfg.layout != "packaged" and cfg.disk == "real":
         raise WarmstartError("--layout applies to the emulated disks: the real disk has its own layout")
-    bench_id = time.strftime("%Y%m%d-%H%M%S-") + cfg.label
-    tick = progress or (lambda label: None)
-    doc = {"bench_id": bench_id, "disk": cfg.label, "disk_kind": cfg.disk, "layout": cfg.layout, "reps": cfg.reps, "modes": list(cfg.modes),
-           "started_at": time.time(), "kernel": os.uname().release, "apps": {}, "problems": []}
-    until = parse_until("exit")
-    with DiskUnderTest(cfg.disk, say, cfg.layout) as dut:
-        ensure_profile(conn, dut, say)
-        catalogue = {a.name: a for a in cfg.apps}
-        if any(a.builtin for a in cfg.apps):
-            builtin = appcat.catalogue(dut.catalogue_dir)
-            catalogue.update({n: builtin[n] for n, a in catalogue.items() if a.builtin})
-        apps = list(catalogue.values())
-        appcat.install_files(apps, dut.files_dir)
-        if cfg.unknown:
-            from . import unknown
-            doc["modes"] = [unknown.mode_of(m) for m in unknown.MECHS]
-            doc["unknown"] = unknown.run_unknown(conn, cfg, dut, doc, bench_id, apps, until, make_cold, tick, say)
-            apps = []  # never seen: no recording, schedule or matrix
-        prepared = {}
-        for app in apps:
-            name = f"{app.name}-{cfg.label}"
-            argv = dut.wrap(app.argv)
-            make_cold(dut)
-            ref = run_launch(conn, argv, "none", until, name=None, store=False, passthrough=False,
-                             timeout=cfg.timeout)
-            if ref.end_reason == "timeout":
-                raise WarmstartError(f"{app.name} did not finish within {cfg.timeout:.0f} s in a plain run: "
-                                     f"check the command ({' '.join(app.argv)[:80]})")
-            info = {"name": name, "argv": app.argv, "reference": {"exit_status": ref.exit_status,
-                                                                  "output_bytes": len(ref.output)}}
-            if recording_matches(conn, name, dut.fs_dev):
-                info["recorded"] = "reused"
-            else:
-                say(f"recording {name}")
-                make_cold(dut)
-                record(conn, name, argv)
-                info["recorded"] = "now"
-            say(f"analyzing {name} (plain, paper and ours)")
-            analyze_app(conn, name, algorithm="reorder", file_metadata=False, gap_merge=False, trim_unused=False)
-            analyze_app(conn, name, algorithm="paper")
-            analyze_app(conn, name)
-            scheds = list_schedules(conn, name)
-            info["schedules"] = {}
-            for kind, algos in (("plain", ("reorder",)), ("paper", ("paper",)), ("ours", ("optimal",))):
-                sid = max((s["id"] for s in scheds if s["algorithm"] in algos), default=None)
-                if sid is None:
-                    raise WarmstartError(f"analyze stored no {kind} schedule for {name}: "
-                                         f"run `warmstart analyze {name}` to see why")
-                info["schedules"][kind] = sid
-            info["sorted_pass"] = sp = sorted_pass_s(conn, name)
-            if sp:   # for the report's lower-bound marks
-                launches_db.insert_sorted_pass(conn, app_id=sp["app_id"], seconds=sp["seconds"], nbytes=sp["bytes"],
-                                               ranges=sp["ranges"], disk=cfg.label, recording_id=sp["recording_id"],
-                                               bench_id=bench_id, modelled=sp.get("modelled"))
-            prepared[app.name] = (app, name, argv, ref, info)
-            doc["apps"][app.name] = info
-            tick(f"prepared {app.name}")
 
-        for rep in range(cfg.reps):
-            for app, name, argv, ref, info in prepared.values():
-                for mode in [m for m in cfg.modes if m not in AFTER_MATRIX]:
-                    relocation.counted(conn, dut, bench_id, mode, lambda: _measure(
-                        conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until))
-                    tick(f"rep {rep + 1} {app.name} {mode}")
-        if prepared and "hook" in cfg.modes:
-            from .hookmode import run_hook_mode
-            run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate_schedule, tick, say)
-        if prepared:
-            activate_all = [(n, i["schedules"]["ours"]) for _, n, _, _, i in prepared.values()]
-            for n, sid in activate_all:
-                activate_schedule(conn, n, sid)  # leave our algorithm's schedule active, as analyze does
-        if prepared and (cfg.relocate or cfg.relocate_one):
-            doc["relocation"] = relocation.run_relocation(conn, db_path, cfg, dut, doc, bench_id, prepared,
-                                                          until, _measure, tick, say)
-    doc["finished_at"] = time.time()
+
+def _install_apps(cfg: BenchConfig, dut) -> List[appcat.App]:
+    """cfg's apps, a built-in one as the disk's catalogue defines it, with their files installed."""
+    catalogue = {a.name: a for a in cfg.apps}
+    if any(a.builtin for a in cfg.apps):
+        builtin = appcat.catalogue(dut.catalogue_dir)
+        catalogue.update({n: builtin[n] for n, a in catalogue.items() if a.builtin})
+    apps = list(catalogue.values())
+    appcat.install_files(apps, dut.files_dir)
+    return apps
+
+
+def _quiet(cfg: BenchConfig, until) -> LaunchOptions:
+    """How the bench launches: output captured (compared with the reference run's), its timeout."""
+    return LaunchOptions(until, cfg.timeout, passthrough=False)
+
+
+def _prepare_app(conn, cfg: BenchConfig, dut, bench_id: str, app, until, say) -> tuple:
+    """Everything the matrix needs of app, outside every measured launch: its reference run, a
+    recording (reused when it still matches the disk), its three schedules and its sorted pass.
+    Returns (app, name, argv, reference outcome, info for the document)."""
+    name = f"{app.name}-{cfg.label}"
+    argv = dut.wrap(app.argv)
+    make_cold(dut)
+    ref = run_launch(conn, argv, NO_PREFETCH, _quiet(cfg, until), store=None)
+    if ref.end_reason == "timeout":
+        raise WarmstartError(f"{app.name} did not finish within {cfg.timeout:.0f} s in a plain run: "
+                             f"check the command ({' '.join(app.argv)[:80]})")
+    info = {"name": name, "argv": app.argv, "reference": {"exit_status": ref.exit_status,
+                                                          "output_bytes": len(ref.output)}}
+    if recording_matches(conn, name, dut.fs_dev):
+        info["recorded"] = "reused"
+    else:
+        say(f"recording {name}")
+        make_cold(dut)
+        record(conn, name, argv)
+        info["recorded"] = "now"
+    info["schedules"] = _analyze_three(conn, name, say)
+    info["sorted_pass"] = sp = sorted_pass_s(conn, name)
+    if sp:   # for the report's lower-bound marks
+        launches_db.insert_sorted_pass(conn, app_id=sp["app_id"], seconds=sp["seconds"], nbytes=sp["bytes"],
+                                       ranges=sp["ranges"], disk=cfg.label, recording_id=sp["recording_id"],
+                                       bench_id=bench_id, modelled=sp.get("modelled"))
+    return app, name, argv, ref, info
+
+
+def _analyze_three(conn, name: str, say) -> dict:
+    """The schedules the modes replay (PLAN), analyzed now: "plain" (the launch's blocks as
+    recorded), "paper" (Algorithm 1) and "ours"; kind -> schedule id."""
+    say(f"analyzing {name} (plain, paper and ours)")
+    analyze_app(conn, name, algorithm="reorder", file_metadata=False, gap_merge=False, trim_unused=False)
+    analyze_app(conn, name, algorithm="paper")
+    analyze_app(conn, name)
+    scheds = list_schedules(conn, name)
+    ids = {}
+    for kind, algos in (("plain", ("reorder",)), ("paper", ("paper",)), ("ours", ("optimal",))):
+        sid = max((s["id"] for s in scheds if s["algorithm"] in algos), default=None)
+        if sid is None:
+            raise WarmstartError(f"analyze stored no {kind} schedule for {name}: "
+                                 f"run `warmstart analyze {name}` to see why")
+        ids[kind] = sid
+    return ids
+
+
+def _run_matrix(conn, db_path, cfg: BenchConfig, dut, doc: dict, bench_id: str, prepared: dict, until,
+                tick, say) -> None:
+    """reps repetitions of every mode, round-robin over apps and modes; then the hook mode, then
+    relocation if asked. Leaves our algorithm's schedule active, as analyze does."""
+    from . import relocation
+    for rep in range(cfg.reps):
+        for app, name, argv, ref, info in prepared.values():
+            for mode in [m for m in cfg.modes if m not in AFTER_MATRIX]:
+                relocation.counted(conn, dut, bench_id, mode, lambda: _measure(
+                    conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until))
+                tick(f"rep {rep + 1} {app.name} {mode}")
+    if "hook" in cfg.modes:
+        from .hookmode import run_hook_mode
+        run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate_schedule, tick, say)
+    for _, name, _, _, info in prepared.values():
+        activate_schedule(conn, name, info["schedules"]["ours"])
+    if cfg.relocate or cfg.relocate_one:
+        doc["relocation"] = relocation.run_relocation(conn, db_path, cfg, dut, doc, bench_id, prepared,
+                                                      until, _measure, tick, say)
+
+
+def _add_results(conn, cfg: BenchConfig, doc: dict, bench_id: str) -> None:
+    """The stored launches' summaries: the matrix's, or the unknown launches', and relocation's."""
     doc["results"] = {} if cfg.unknown else results(conn, bench_id, doc)
     if cfg.unknown:
         from . import unknown
         doc["unknown"]["results"] = unknown.results(conn, bench_id)
     if "relocation" in doc:
+        from . import relocation
         doc["relocation"]["results"] = relocation.results(conn, bench_id, doc)
-    if cfg.markdown:
-        from ..report.markdown import write_markdown
-        write_markdown(doc, cfg.markdown)
-    return doc
 
 
 def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until):
@@ -389,7 +430,7 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
         _measure_cli_run(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref)
         return
     if mode == "warm":
-        run_launch(conn, argv, "none", until, name=name, store=False, passthrough=False, timeout=cfg.timeout)
+        run_launch(conn, argv, NO_PREFETCH, _quiet(cfg, until), store=None, name=name)
     else:
         make_cold(dut)
     sampler = None
@@ -398,11 +439,11 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
                                 dut.emu.dev if dut.emu else dut.fs_dev)
         sampler.__enter__()
     try:
-        out = run_launch(conn, argv, rmode, until, name=name, record_mode=mode if rmode == "none" else None,
-                         disk=cfg.label, bench_id=bench_id, passthrough=False, timeout=cfg.timeout,
-                         # accuracy/waste (docs/replayer.md) in repetition 1 only: tracing the
-                         # app's page uses costs it CPU (python: 0.124 s after release, not 0.084)
-                         measure_use=rmode != "none" and rep == 0)
+        # accuracy/waste (docs/replayer.md) in repetition 1 only: tracing the
+        # app's page uses costs it CPU (python: 0.124 s after release, not 0.084)
+        prefetch = Prefetch(rmode, measure_use=rmode != "none" and rep == 0)
+        out = run_launch(conn, argv, prefetch, _quiet(cfg, until),
+                         StoreAs(mode if rmode == "none" else None, cfg.label, bench_id), name=name)
     finally:
         if sampler:
             sampler.__exit__(None, None, None)

@@ -27,7 +27,7 @@ def execute(conn, cmd, *, mode=DEFAULT_MODE, cold=False, until_spec=DEFAULT_UNTI
     (cmd's own, or 128 + signal). conn: an open database, or a callable that opens it."""
     from ..launching import parse_until
     from ..replay.process import DEFAULT_ENGINE
-    from ..replay.runner import run_launch
+    from ..replay.runner import LaunchOptions, Prefetch, StoreAs, run_launch
     until = parse_until(until_spec)
     if cold:
         from ..recorder.coldcache import drop_caches
@@ -36,9 +36,10 @@ def execute(conn, cmd, *, mode=DEFAULT_MODE, cold=False, until_spec=DEFAULT_UNTI
                                  "(or launch without --cold)")
         mode = "none"
         drop_caches()
-    out = run_launch(conn() if callable(conn) else conn, list(cmd), mode, until, name=name,
-                     engine=engine or DEFAULT_ENGINE, timeout=timeout, passthrough=not as_json,
-                     kill_at_end=False, measure_use=measure_use, record_mode="cold" if cold else None)
+    out = run_launch(conn() if callable(conn) else conn, list(cmd),
+                     Prefetch(mode, engine or DEFAULT_ENGINE, measure_use=measure_use),
+                     LaunchOptions(until, timeout, passthrough=not as_json, kill_at_end=False),
+                     StoreAs(mode="cold" if cold else None), name=name)
     if as_json:
         sys.stdout.write(json.dumps(out.to_json(), indent=2, sort_keys=True, default=str) + "\n")
     else:

@@ -1,5 +1,8 @@
 """run_launch(): launch an app with its schedule replayed, measure it, store the launch.
 
+Its options come in three groups: Prefetch (what to prefetch and measure), LaunchOptions (how
+to launch) and StoreAs (the launches row), so a caller names only the group it changes.
+
 `warmstart run` and `warmstart bench` both call it. The launch time counts from before the
 replayer starts (the pre-buffer is part of what the user waits for) to the launch end that
 launching.py detects.
@@ -58,45 +61,67 @@ def find_app(conn, argv: Sequence[str], name: Optional[str] = None) -> Optional[
     return find_app_by_signature(conn, exe, signature_argv(exe, argv))
 
 
-def run_launch(conn, argv: Sequence[str], mode: str = "segmented", until: Until = Until("exit"), *,
-               name: Optional[str] = None, engine: str = DEFAULT_ENGINE, replay_args: Sequence[str] = (),
-               timeout: float = 120.0, passthrough: bool = True, kill_at_end: bool = True,
-               store: bool = True, record_mode: Optional[str] = None, disk: Optional[str] = None,
-               bench_id: Optional[str] = None, uid: Optional[int] = None,
-               gid: Optional[int] = None, measure_use: bool = False) -> LaunchOutcome:
-    """Launch argv, prefetching its active schedule in `mode` (or not at all for "none").
+@dataclass(frozen=True)
+class Prefetch:
+    """What to prefetch: the app's active schedule, replayed in `mode` ("none": nothing) with the
+    fetch `engine`. measure_use: also trace which pages of the schedule's files the launch used
+    (pageuse.py: accuracy and waste, file pages only); needs root and tracefs."""
+    mode: str = "segmented"
+    engine: str = DEFAULT_ENGINE
+    measure_use: bool = False
 
-    record_mode: the mode stored in launches (bench stores "cold"/"warm" for mode "none").
+
+NO_PREFETCH = Prefetch("none")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How to launch: until which launch end (launching.py), at most `timeout` seconds.
+    passthrough: the app's output goes to ours (else it is captured in LaunchOutcome.output);
+    kill_at_end: after a non-exit end, end the app's process group (False leaves it running)."""
+    until: Until = Until("exit")
+    timeout: float = 120.0
+    passthrough: bool = True
+    kill_at_end: bool = True
+
+
+@dataclass(frozen=True)
+class StoreAs:
+    """The launches row the launch is stored as: `mode` (default the prefetch mode; bench stores
+    "cold"/"warm" for mode "none"), the disk it ran on and the bench run it belongs to."""
+    mode: Optional[str] = None
+    disk: Optional[str] = None
+    bench_id: Optional[str] = None
+
+
+def run_launch(conn, argv: Sequence[str], prefetch: Prefetch = Prefetch(), how: LaunchOptions = LaunchOptions(),
+               store: Optional[StoreAs] = StoreAs(), *, name: Optional[str] = None) -> LaunchOutcome:
+    """Launch argv as `how` says, prefetching what `prefetch` says, and store it as `store`
+    (None: not stored; neither is a launch of an unknown app). name: the app (find_app).
+
     An unknown app, an app without a schedule, or a refused schedule: the app is launched
     normally and the reason is in .notes. Raises WarmstartError only if argv cannot run.
-    measure_use: trace which pages of the schedule's files the launch used (pageuse.py) and
-    store used/prefetched/prefetched-used bytes (file pages only); needs root and tracefs.
     """
+    mode = prefetch.mode
     if mode not in MODES + ("none",):
         raise WarmstartError(f"unknown mode {mode!r}: use segmented, reorder, interleave or none")
     app = find_app(conn, argv, name)
-    notes, schedule = [], None
-    if app is None:
-        notes.append("unknown app: launched without prefetch (record it with `warmstart record -- CMD`)")
-    elif mode != "none":
-        schedule = load_active_schedule(conn, app["name"])
-        if schedule is None:
-            notes.append(f"app {app['name']!r} has no schedule yet: launched without prefetch "
-                         f"(run `warmstart analyze {app['name']}`)")
-    use = UseTracer(schedule if measure_use else None)
+    schedule, notes = _schedule_to_prefetch(conn, app, mode)
+    use = UseTracer(schedule if prefetch.measure_use else None)
     rp, t0 = None, time.monotonic_ns()
     ready = False
     with tempfile.TemporaryDirectory(prefix="warmstart-run-") as tmp, use:
         try:
             if schedule is not None:
                 export = write_export(schedule, os.path.join(tmp, "schedule.wsr"))
-                rp = ReplayProcess(export.path, mode, engine, replay_args, uid=uid, gid=gid)
+                rp = ReplayProcess(export.path, mode, prefetch.engine)
                 t0 = time.monotonic_ns()
                 rp.start()
-                ready = rp.wait_ready(timeout)
-            result = launch(argv, until, timeout, passthrough=passthrough, kill_at_end=kill_at_end)
+                ready = rp.wait_ready(how.timeout)
+            result = launch(argv, how.until, how.timeout, passthrough=how.passthrough,
+                            kill_at_end=how.kill_at_end)
             use.stop()
-            stats = rp.finish(timeout) if rp else None
+            stats = rp.finish(how.timeout) if rp else None
         except BaseException:
             if rp is not None:
                 rp.abort()
@@ -114,15 +139,36 @@ def run_launch(conn, argv: Sequence[str], mode: str = "segmented", until: Until 
     page_use = use.measure(result, stats)
     if page_use is not None:
         outcome.page_use = page_use.to_json()
-    if store and app is not None:
-        outcome.launch_id = launches.insert_launch(
-            conn, app_id=app["id"], schedule_id=schedule.id if schedule else None,
-            mode=record_mode or mode, mechanism=engine if rp else None, disk=disk,
-            launch_time_s=outcome.launch_time_s, exit_status=result.exit_status,
-            prefetched_bytes=page_use.prefetched_bytes if page_use else (stats or {}).get("bytes_fetched"),
-            used_bytes=page_use.used_bytes if page_use else None,
-            prefetched_used_bytes=page_use.prefetched_used_bytes if page_use else None, bench_id=bench_id,
-            details={"app_time_s": outcome.app_time_s, "prebuffer_s": outcome.prebuffer_s,
-                     "end_reason": result.end_reason, "until": str(until), "notes": notes,
-                     "replay": stats, "page_use": outcome.page_use})
+    if store is not None and app is not None:
+        outcome.launch_id = _store_launch(conn, app, schedule, outcome, page_use, store,
+                                          mechanism=prefetch.engine if rp else None, until=how.until)
     return outcome
+
+
+def _schedule_to_prefetch(conn, app: Optional[dict], mode: str):
+    """(the app's active schedule or None, notes saying why there is none)."""
+    if app is None:
+        return None, ["unknown app: launched without prefetch (record it with `warmstart record -- CMD`)"]
+    if mode == "none":
+        return None, []
+    schedule = load_active_schedule(conn, app["name"])
+    if schedule is None:
+        return None, [f"app {app['name']!r} has no schedule yet: launched without prefetch "
+                      f"(run `warmstart analyze {app['name']}`)"]
+    return schedule, []
+
+
+def _store_launch(conn, app: dict, schedule, outcome: LaunchOutcome, page_use, store: StoreAs, *,
+                  mechanism: Optional[str], until: Until) -> int:
+    """The launches row of outcome; its id."""
+    stats = outcome.replay_stats
+    return launches.insert_launch(
+        conn, app_id=app["id"], schedule_id=schedule.id if schedule else None,
+        mode=store.mode or outcome.mode, mechanism=mechanism, disk=store.disk,
+        launch_time_s=outcome.launch_time_s, exit_status=outcome.exit_status,
+        prefetched_bytes=page_use.prefetched_bytes if page_use else (stats or {}).get("bytes_fetched"),
+        used_bytes=page_use.used_bytes if page_use else None,
+        prefetched_used_bytes=page_use.prefetched_used_bytes if page_use else None, bench_id=store.bench_id,
+        details={"app_time_s": outcome.app_time_s, "prebuffer_s": outcome.prebuffer_s,
+                 "end_reason": outcome.end_reason, "until": str(until), "notes": outcome.notes,
+                 "replay": stats, "page_use": outcome.page_use})

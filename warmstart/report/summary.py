@@ -117,68 +117,101 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
     mode cannot look fast."""
     now = time.time() if now is None else now
     recorded = recorded or {}
+    return [_summarize_group(app, disk, rows, prefetch_method, now, recorded.get(app),
+                             (sorted_passes or {}).get((app, disk)))
+            for (app, disk), rows in sorted(_groups(launches, recorded).items())]
+
+
+def _groups(launches: list, recorded: dict) -> dict:
+    """(app, disk) -> its launches; an app with recordings and no launches: an empty group on the
+    disk its recordings read from."""
     groups = {}
     for row in launches:
         groups.setdefault((row["app"], row["disk"]), []).append(row)
     for app, ref in recorded.items():
         if not any(a == app for a, _ in groups):
             groups[(app, ref["disk"] or "unknown")] = []
-    result = []
-    for (app, disk), rows in sorted(groups.items()):
-        ok = [r for r in rows if r["exit_status"] in (0, None) and not unprefetched(r)]
-        by_method = {}
-        for r in ok:
-            by_method.setdefault(r["method"], []).append(r)
-        methods = {}
-        for m in sorted(by_method, key=lambda m: (METHOD_ORDER.index(m) if m in METHOD_ORDER else 99, m)):
-            methods[m] = stats.spread(r["launch_time_s"] for r in by_method[m])
-        cold_source = "cold launches" if "cold" in methods else None
-        ref = recorded.get(app)
-        if cold_source is None and ref and (ref["disk"] or "unknown") == disk:
-            methods = {"cold": stats.spread(ref["times"]), **methods}
-            cold_source = RECORDED_COLD
-        cold, warm = methods.get("cold"), methods.get("warm")
-        sp = (sorted_passes or {}).get((app, disk))
-        pm = prefetch_method or next((m for m in PREFETCH_PREFERENCE if m in methods),
-                                     next((m for m in methods if m not in NOT_PREFETCHED), None))
-        pref = methods.get(pm) if pm else None
-        prow = by_method.get(pm, [])
-        med = lambda s: s.median if s else None  # noqa: E731
-        latest = prow[-1] if prow else None
-        # waste only over launches whose use was measured (run_launch measure_use): there
-        # prefetched_bytes counts the same file pages prefetched_used_bytes is part of
-        prefetched_bytes = _sum(r["prefetched_bytes"] for r in prow if r["prefetched_used_bytes"] is not None)
-        used = _sum(r["used_bytes"] for r in prow)
-        pused = _sum(r["prefetched_used_bytes"] for r in prow)
-        result.append({
-            "app": app,
-            "disk": disk,
-            "launches": len(rows),
-            "failed_launches": len(rows) - len(ok),
-            "bench_ids": sorted({r["bench_id"] for r in rows if r["bench_id"]}),
-            "methods": {m: dict(s.as_dict(), ratio_to_cold=stats.ratio(s.median, med(cold)))
-                        for m, s in methods.items()},
-            "prefetch_method": pm,
-            "cold": cold.as_dict() if cold else None,
-            "cold_source": cold_source,
-            "prefetched": pref.as_dict() if pref else None,
-            "warm": warm.as_dict() if warm else None,
-            "gain": stats.gain(med(pref), med(cold)),
-            "sorted_pass_s": sp["seconds"] if sp else None,
-            "lower_bound_s": stats.lower_bound(med(warm), sp["seconds"]) if sp and warm else None,
-            "captured": stats.captured(med(cold), med(pref), med(warm)),
-            "t_exp_s": latest["t_exp_s"] if latest else None,
-            "t_exp_error": stats.estimate_error(med(pref), latest["t_exp_s"]) if latest else None,
-            "prefetched_bytes_median": med(stats.spread(r["prefetched_bytes"] for r in prow
-                                                        if r["prefetched_bytes"] is not None)),
-            "accuracy": stats.share(pused, used),
-            "waste": stats.share(None if prefetched_bytes is None or pused is None
-                                 else prefetched_bytes - pused, prefetched_bytes),
-            "schedule_id": latest["schedule_id"] if latest else None,
-            "schedule_age_s": (now - latest["schedule_created_at"])
-            if latest and latest["schedule_created_at"] is not None else None,
-            "schedule_stale": bool(latest["schedule_stale"]) if latest and latest["schedule_stale"] is not None else None,
-            "schedule_stale_reason": latest["schedule_stale_reason"] if latest and latest["schedule_stale"] else None,
-            "mechanism": latest["mechanism"] if latest else None,
-        })
-    return result
+    return groups
+
+
+def _method_times(by_method: dict, disk: str, ref: Optional[dict]):
+    """(method -> spread of its launch times in METHOD_ORDER, where the cold times come from):
+    without cold launches, the recordings' cold times on this disk (RECORDED_COLD)."""
+    methods = {}
+    for m in sorted(by_method, key=lambda m: (METHOD_ORDER.index(m) if m in METHOD_ORDER else 99, m)):
+        methods[m] = stats.spread(r["launch_time_s"] for r in by_method[m])
+    cold_source = "cold launches" if "cold" in methods else None
+    if cold_source is None and ref and (ref["disk"] or "unknown") == disk:
+        methods = {"cold": stats.spread(ref["times"]), **methods}
+        cold_source = RECORDED_COLD
+    return methods, cold_source
+
+
+def _med(s) -> Optional[float]:
+    return s.median if s else None
+
+
+def _summarize_group(app: str, disk: str, rows: list, prefetch_method: Optional[str], now: float,
+                     ref: Optional[dict], sp: Optional[dict]) -> dict:
+    """summarize()'s dict for one (app, disk): ref its recorded cold times, sp its sorted pass."""
+    ok = [r for r in rows if r["exit_status"] in (0, None) and not unprefetched(r)]
+    by_method = {}
+    for r in ok:
+        by_method.setdefault(r["method"], []).append(r)
+    methods, cold_source = _method_times(by_method, disk, ref)
+    cold, warm = methods.get("cold"), methods.get("warm")
+    pm = prefetch_method or next((m for m in PREFETCH_PREFERENCE if m in methods),
+                                 next((m for m in methods if m not in NOT_PREFETCHED), None))
+    pref = methods.get(pm) if pm else None
+    prow = by_method.get(pm, [])
+    latest = prow[-1] if prow else None
+    return {
+        "app": app,
+        "disk": disk,
+        "launches": len(rows),
+        "failed_launches": len(rows) - len(ok),
+        "bench_ids": sorted({r["bench_id"] for r in rows if r["bench_id"]}),
+        "methods": {m: dict(s.as_dict(), ratio_to_cold=stats.ratio(s.median, _med(cold)))
+                    for m, s in methods.items()},
+        "prefetch_method": pm,
+        "cold": cold.as_dict() if cold else None,
+        "cold_source": cold_source,
+        "prefetched": pref.as_dict() if pref else None,
+        "warm": warm.as_dict() if warm else None,
+        "gain": stats.gain(_med(pref), _med(cold)),
+        "sorted_pass_s": sp["seconds"] if sp else None,
+        "lower_bound_s": stats.lower_bound(_med(warm), sp["seconds"]) if sp and warm else None,
+        "captured": stats.captured(_med(cold), _med(pref), _med(warm)),
+        "t_exp_s": latest["t_exp_s"] if latest else None,
+        "t_exp_error": stats.estimate_error(_med(pref), latest["t_exp_s"]) if latest else None,
+        **_page_use(prow),
+        **_schedule_state(latest, now),
+    }
+
+
+def _page_use(prow: list) -> dict:
+    """The prefetch method's bytes fetched (median), accuracy and waste over its launches."""
+    # waste only over launches whose use was measured (run_launch's Prefetch.measure_use): there
+    # prefetched_bytes counts the same file pages prefetched_used_bytes is part of
+    prefetched_bytes = _sum(r["prefetched_bytes"] for r in prow if r["prefetched_used_bytes"] is not None)
+    used = _sum(r["used_bytes"] for r in prow)
+    pused = _sum(r["prefetched_used_bytes"] for r in prow)
+    return {
+        "prefetched_bytes_median": _med(stats.spread(r["prefetched_bytes"] for r in prow
+                                                     if r["prefetched_bytes"] is not None)),
+        "accuracy": stats.share(pused, used),
+        "waste": stats.share(None if prefetched_bytes is None or pused is None
+                             else prefetched_bytes - pused, prefetched_bytes),
+    }
+
+
+def _schedule_state(latest: Optional[dict], now: float) -> dict:
+    """The schedule and mechanism of the prefetch method's latest launch: its age, staleness."""
+    return {
+        "schedule_id": latest["schedule_id"] if latest else None,
+        "schedule_age_s": (now - latest["schedule_created_at"])
+        if latest and latest["schedule_created_at"] is not None else None,
+        "schedule_stale": bool(latest["schedule_stale"]) if latest and latest["schedule_stale"] is not None else None,
+        "schedule_stale_reason": latest["schedule_stale_reason"] if latest and latest["schedule_stale"] else None,
+        "mechanism": latest["mechanism"] if latest else None,
+    }

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Optional, Sequence, Set, Tuple
 
 from .. import launching
 from ..errors import WarmstartError
@@ -170,67 +170,35 @@ def run_fallback_launch(argv: Sequence, mechanism: str = "both", until="exit", t
     use_online = mechanism in ("online", "both")
     if use_online and not trace:
         raise WarmstartError("the online mechanism needs the tracer: drop --no-trace")
-    root, cenv, cargv, clear = split_chroot(argv)
-    if not clear:
-        base = os.environb.copy() if env is None else {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
-        cenv = {**base, **cenv}
+    root, cenv, cargv = _command_in_root(argv, env)
     pre: Dict[Key, Set[int]] = {}
     tracer = Tracer() if trace else None
     finder = FileFinder()
+    events = _EventLog(tracer, finder)
+    online = _OnlineLoop(finder, events, c_switch_s, r_tr_bps) if use_online else None
     copy: Optional[SpeculativeCopy] = None
-    prefetcher = None
-    kw = {k: v for k, v in (("c_switch_s", c_switch_s), ("r_tr_bps", r_tr_bps)) if v is not None}
-    stop_online = threading.Event()
-    online_thread = None
     copy_info: Dict[str, object] = {}
     mon = {"last": 0.0, "behind_since": None, "frozen_s": 0.0, "frozen_at": None, "max_rss": 0}
+
+    def on_started(pid):
+        finder.app_pid = pid
+        if online is not None:
+            online.start()
+
     try:
         if tracer is not None:
             tracer.start()
         if use_spec:
-            # Pre-resolution first: a few header reads, then the libraries are on their way
-            # before the copy or the launch asks for them.
-            threading.Thread(target=_preresolve_prefetch, args=(cargv, root, cenv, pre, limits.ra_max), daemon=True).start()
-            copy = SpeculativeCopy(cargv, root=root, cwd=os.fsencode(cwd) if cwd and root == b"/" else None,
-                                   env={k: v for k, v in cenv.items()}, limits=limits).start()
-        if use_online:
-            prefetcher = OnlinePrefetcher(finder, **kw)
-
-            def loop():
-                while not stop_online.wait(ONLINE_INTERVAL_S):
-                    prefetcher.step([e for e in _app_events(tracer, finder) ])
-            online_thread = threading.Thread(target=loop, daemon=True)
-
-        app_events: List = []
-
-        def _app_events(tr, fi):
-            evs = tr.take()
-            app_events.extend(evs)
-            if fi.app_pid is None:
-                return []
-            return [e for e in evs if tr.root_of(e.pid, {fi.app_pid}) == fi.app_pid]
-
-        def on_started(pid):
-            finder.app_pid = pid
-            if online_thread is not None:
-                online_thread.start()
-
-        keep_running = _CopyMonitor(copy, finder, limits, horizon_bytes, mon)
-
-        res = launching.launch(argv, until, timeout, cwd=cwd, env=env, passthrough=passthrough,
-                               on_started=on_started, keep_running=keep_running)
+            copy = _start_speculation(cargv, root, cenv, cwd, limits, pre)
+        res = launching.launch(argv, until, timeout, cwd=cwd, env=env, passthrough=passthrough, on_started=on_started,
+                               keep_running=_CopyMonitor(copy, finder, limits, horizon_bytes, mon))
     finally:
-        stop_online.set()
+        if online is not None:
+            online.stop.set()
         if copy is not None:
-            pids = copy.pids()
-            copy.kill("launch ended")
-            copy_info = {"killed_reason": copy.killed_reason, "exit_status": copy.exit_status,
-                         "prefetched_files": len(copy.prefetched), "totals": copy.totals,
-                         "still_alive_after_kill": wait_gone(pids), "max_rss_bytes": mon["max_rss"],
-                         "frozen_s": round(mon["frozen_s"], 3),
-                         "errors": copy.errors.decode(errors="replace")[-500:]}
-        if online_thread is not None and online_thread.is_alive():
-            online_thread.join(timeout=5)
+            copy_info = _end_copy(copy, mon)
+        if online is not None:
+            online.join()
         if tracer is not None:
             tracer.stop()
         finder.close()
@@ -238,8 +206,78 @@ def run_fallback_launch(argv: Sequence, mechanism: str = "both", until="exit", t
                             exit_status=res.exit_status, output=res.output, copy=copy_info)
     if tracer is None:
         return result
-    app_events.extend(tracer.take())
-    return _account(result, tracer, app_events, res.pid, pre, prefetcher, copy)
+    events.take()   # the events since the online loop's last take, for the accounting
+    return _account(result, tracer, events.all, res.pid, pre, online.prefetcher if online else None, copy)
+
+
+def _command_in_root(argv: Sequence, env) -> Tuple[bytes, dict, list]:
+    """(root, environment, argv) of the command a chroot/env wrapper in argv runs (split_chroot):
+    its environment is env (default ours) with the wrapper's settings, unless it clears it."""
+    root, cenv, cargv, clear = split_chroot(argv)
+    if not clear:
+        base = os.environb.copy() if env is None else {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
+        cenv = {**base, **cenv}
+    return root, cenv, cargv
+
+
+def _start_speculation(cargv, root, cenv, cwd, limits: SandboxLimits, pre: Dict[Key, Set[int]]) -> SpeculativeCopy:
+    """The spec mechanism: ld.so pre-resolution (what it prefetched lands in pre), then the
+    sandboxed speculative copy of the command, started."""
+    # Pre-resolution first: a few header reads, then the libraries are on their way
+    # before the copy or the launch asks for them.
+    threading.Thread(target=_preresolve_prefetch, args=(cargv, root, cenv, pre, limits.ra_max), daemon=True).start()
+    return SpeculativeCopy(cargv, root=root, cwd=os.fsencode(cwd) if cwd and root == b"/" else None,
+                           env={k: v for k, v in cenv.items()}, limits=limits).start()
+
+
+def _end_copy(copy: SpeculativeCopy, mon: dict) -> Dict[str, object]:
+    """Kill the copy (the launch ended); what it did, for FallbackResult.copy."""
+    pids = copy.pids()
+    copy.kill("launch ended")
+    return {"killed_reason": copy.killed_reason, "exit_status": copy.exit_status,
+            "prefetched_files": len(copy.prefetched), "totals": copy.totals,
+            "still_alive_after_kill": wait_gone(pids), "max_rss_bytes": mon["max_rss"],
+            "frozen_s": round(mon["frozen_s"], 3),
+            "errors": copy.errors.decode(errors="replace")[-500:]}
+
+
+class _EventLog:
+    """The tracer's events, all kept for the accounting; take() also returns the launch's own."""
+
+    def __init__(self, tracer: Optional[Tracer], finder: FileFinder):
+        self.tracer, self.finder, self.all = tracer, finder, []
+
+    def take(self) -> list:
+        evs = self.tracer.take()
+        self.all.extend(evs)
+        app = self.finder.app_pid
+        if app is None:
+            return []
+        return [e for e in evs if self.tracer.root_of(e.pid, {app}) == app]
+
+
+class _OnlineLoop:
+    """The online mechanism: a thread feeding the launch's events to the per-stream prefetcher
+    every ONLINE_INTERVAL_S, from start() (the app's fork) until stop is set."""
+
+    def __init__(self, finder: FileFinder, events: _EventLog, c_switch_s: Optional[float],
+                 r_tr_bps: Optional[float]):
+        kw = {k: v for k, v in (("c_switch_s", c_switch_s), ("r_tr_bps", r_tr_bps)) if v is not None}
+        self.prefetcher = OnlinePrefetcher(finder, **kw)
+        self.events = events
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.wait(ONLINE_INTERVAL_S):
+            self.prefetcher.step(self.events.take())
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self) -> None:
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
 
 
 class _CopyMonitor:
