@@ -163,8 +163,7 @@ def _main_dev(conn, items) -> int:
     for ps in items:
         for p in ps:
             size[p.dev] = size.get(p.dev, 0) + p.nr_sectors
-    profiled = [d for d in size if profile_db.latest_profile(conn, d)]
-    return max(profiled or size, key=size.get)
+    return profile_db.main_device(conn, size)
 
 
 def _to_ranges(pieces: Sequence[Piece]) -> List[Range]:

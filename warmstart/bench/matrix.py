@@ -20,14 +20,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ..analyzer.analyze import Options as AnalyzeOptions, analyze
 from ..analyzer.probe import check_direct, device_path
 from ..devices import sysfs_path
 from ..analyzer.profile import measure, measure_through_file
 from ..db import connection, launches as launches_db, open_db
-from ..db.profiles import latest_profile, save_profile
+from ..db.profiles import latest_profile, main_device, save_profile
 from ..db.recordings import (get_app, get_recording, latest_ok_recording_id, list_recordings, load_block_requests,
                              recorded_files_on)
 from ..db.schedules import activate_schedule, list_schedules
@@ -208,9 +208,10 @@ def recording_matches(conn, name: str, fs_dev: int) -> bool:
     return True
 
 
-def sorted_pass_s(conn, name: str, repeat: int = 3) -> Optional[dict]:
-    """Time to read all of the launch's blocks in one LBA-sorted pass (O_DIRECT probe), from the
-    app's latest recording: the disk half of the lower bound."""
+def sorted_pass_s(conn, name: str, disk_dev: int, repeat: int = 3) -> Optional[dict]:
+    """Time to read all of the launch's blocks on the disk under test (disk_dev, where it has
+    any) in one LBA-sorted pass (O_DIRECT probe), from the app's latest recording: the disk half
+    of the lower bound."""
     app = get_app(conn, name)
     recs = list_recordings(conn, app["id"]) if app else []
     if not recs:
@@ -220,7 +221,10 @@ def sorted_pass_s(conn, name: str, repeat: int = 3) -> Optional[dict]:
             if not r.is_write and r.nr_sectors > 0]
     if not reqs:
         return None
-    dev = max({r[0] for r in reqs}, key=lambda d: sum(x[2] for x in reqs if x[0] == d))  # the main disk
+    sectors: Dict[int, int] = {}
+    for d, _, nr in reqs:
+        sectors[d] = sectors.get(d, 0) + nr
+    dev = disk_dev if disk_dev in sectors else main_device(conn, sectors)
     ranges, end = [], -1
     for _, sector, nr in sorted((r for r in reqs if r[0] == dev), key=lambda r: r[1]):
         if ranges and sector <= end:  # overlapping or adjacent requests read once
@@ -347,7 +351,7 @@ def _prepare_app(conn, cfg: BenchConfig, dut, bench_id: str, app, until, say) ->
         record(conn, name, argv)
         info["recorded"] = "now"
     info["schedules"] = _analyze_three(conn, name, say)
-    info["sorted_pass"] = sp = sorted_pass_s(conn, name)
+    info["sorted_pass"] = sp = sorted_pass_s(conn, name, dut.fs_dev)
     if sp:   # for the report's lower-bound marks
         launches_db.insert_sorted_pass(conn, app_id=sp["app_id"], seconds=sp["seconds"], nbytes=sp["bytes"],
                                        ranges=sp["ranges"], disk=cfg.label, recording_id=sp["recording_id"],

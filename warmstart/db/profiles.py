@@ -2,7 +2,7 @@
 
 import sqlite3
 import time
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from ..model import DiskProfile
 
@@ -23,3 +23,11 @@ def latest_profile(conn: sqlite3.Connection, dev: int, size_bytes: Optional[int]
         args.append(size_bytes)
     row = conn.execute(sql + " ORDER BY id DESC LIMIT 1", args).fetchone()
     return None if row is None else (row["id"], DiskProfile.from_json(row["profile_json"]))
+
+
+def main_device(conn: sqlite3.Connection, sectors_by_dev: Dict[int, int]) -> int:
+    """The device a launch is timed on, given the sectors it read from each: the most-read one
+    among those with a stored profile, else the most-read one (a chrooted launch also reads the
+    host's root disk a little, and other I/O can land in a recording on a busy machine)."""
+    profiled = [d for d in sectors_by_dev if latest_profile(conn, d)]
+    return max(profiled or sectors_by_dev, key=sectors_by_dev.get)
