@@ -6,6 +6,14 @@ CC      ?= gcc
 CFLAGS  ?= -O2 -g -Wall -Wextra -Werror=implicit-function-declaration -D_GNU_SOURCE
 PYTHON  ?= python3
 
+# The binary formats shared with Python are defined once in warmstart/formats/; their C headers
+# are generated from there into $(GEN) (never edited by hand). LAYOUT_CFLAGS finds them.
+GEN           := $(BUILD)/gen
+FORMAT_SPECS  := $(wildcard warmstart/formats/*.py)
+LAYOUT_CFLAGS := -I$(GEN)
+WSR_LAYOUT    := $(GEN)/wsr_layout.h
+INDEX_LAYOUT  := $(GEN)/hook_index_layout.h
+
 # Each C component appends the programs warmstart runs (record, analyze, run, hook, speculate)
 # to HELPERS, its bench and test programs to BINARIES, and its C unit tests to CTESTS.
 # `make helpers BUILD=DIR` is what `pip install` builds into the package (setup.py).
@@ -29,8 +37,11 @@ binaries: $(HELPERS) $(BINARIES)
 
 helpers: $(HELPERS)
 
-$(BUILD):
+$(BUILD) $(GEN):
 	@mkdir -p $@
+
+$(GEN)/%_layout.h: $(FORMAT_SPECS) | $(GEN)
+	$(PYTHON) -m warmstart.formats.cheader $* > $@.tmp && mv $@.tmp $@
 
 test: build
 	@$(MAKE) --no-print-directory ctest

@@ -2,9 +2,11 @@
  * signature) to the schedule to replay. Written by warmstart/hook/index.py, read here by
  * warmstartd and the preload shim. No SQLite on the exec path.
  *
- * Layout (little-endian): header (64 bytes), entries (88 bytes each, sorted by dev, ino, then
- * argv-signature entries before exe-only ones), string table (each string NUL-terminated).
- * checksum = FNV-1a 64 over everything after the header. */
+ * The layout (WS_INDEX_MAGIC, WS_INDEX_VERSION, WS_HOLD_CAP_MS, WS_ENTRY_* and the structs
+ * ws_index_header and ws_index_entry the file is mapped onto) is defined once in
+ * warmstart/formats/hook_index.py and generated into build/gen/hook_index_layout.h: a header,
+ * entries sorted by dev, ino, then argv-signature entries before exe-only ones, a string table
+ * (each string NUL-terminated); checksum = FNV-1a 64 over everything after the header. */
 #ifndef WS_INDEX_H
 #define WS_INDEX_H
 
@@ -12,41 +14,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define WS_INDEX_MAGIC "WSHOOKIX"
-#define WS_INDEX_VERSION 1
+#include "hook_index_layout.h"
+
 #define WS_INDEX_MAX_BYTES (64u << 20)
-#define WS_HOLD_CAP_MS 60000u /* hard deadline: an exec is never held longer (hold policy: docs/hook.md) */
 #define WS_LEARN_HOLD_MS 1000u /* an exec held while the learner sets up its recorder */
-
-#define WS_ENTRY_STALE 0x1u /* a scheduled file changed since analysis: do not replay */
-#define WS_ENTRY_LAUNCHER 0x2u /* the wrapper (env/chroot) the app is launched through; it has no
-				* files of its own: staleness is that of its schedule id */
-
-struct ws_index_header {
-	char magic[8];
-	uint32_t version;
-	uint32_t n_entries;
-	uint32_t strtab_len;
-	uint32_t max_hold_ms;
-	uint64_t checksum;
-	uint32_t flags;
-	uint32_t reserved[7];
-};
-
-struct ws_index_entry {
-	uint64_t dev; /* userspace dev_t, makedev(major, minor) */
-	uint64_t ino;
-	uint64_t size;
-	int64_t mtime_ns;
-	uint64_t schedule_id;
-	uint32_t exe_off, exe_len;     /* resolved path of the executable */
-	uint32_t argv_off, argv_len;   /* NUL-separated needles, argv must contain them in order */
-	uint32_t sched_off, sched_len; /* schedule file handed to the replayer */
-	uint32_t name_off, name_len;   /* app name, for logs */
-	uint32_t files_off, files_len; /* NUL-separated paths the schedule reads (staleness) */
-	uint32_t hold_ms;              /* pre-buffer deadline for this app */
-	uint32_t flags;                /* WS_ENTRY_* */
-};
 
 struct ws_index {
 	void *map;

@@ -33,15 +33,20 @@ uint32_t wsr_crc32(uint32_t crc, const void *buf, size_t len)
 	return ~crc;
 }
 
-static uint32_t le32(const unsigned char *p)
+/* A little-endian field of `len` bytes. */
+static uint64_t le(const unsigned char *p, unsigned len)
 {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	uint64_t v = 0;
+
+	while (len--)
+		v = v << 8 | p[len];
+	return v;
 }
 
-static uint64_t le64(const unsigned char *p)
-{
-	return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
+/* Field NAME of record REC (HEADER, FILE, SEGMENT, RANGE) at p, where offset and width come from
+ * the generated layout: GET(p, HEADER, VERSION) reads WSR_HEADER_VERSION_LEN bytes at
+ * WSR_HEADER_VERSION_OFF. */
+#define GET(p, REC, NAME) le((p) + WSR_##REC##_##NAME##_OFF, WSR_##REC##_##NAME##_LEN)
 
 /* An absolute path without ".", ".." or empty components and without a trailing slash: the
  * replayer opens exactly what the analyzer resolved, never a path that walks elsewhere. */
@@ -74,22 +79,22 @@ int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **wh
 	*why = NULL;
 	if (len < WSR_HEADER_SIZE)
 		FAIL("file shorter than the header");
-	if (memcmp(b, WSR_MAGIC, 8) != 0)
+	if (memcmp(b + WSR_HEADER_MAGIC_OFF, WSR_MAGIC, WSR_HEADER_MAGIC_LEN) != 0)
 		FAIL("bad magic (not a warmstart schedule export)");
-	if (le32(b + 8) != WSR_VERSION)
+	if (GET(b, HEADER, VERSION) != WSR_VERSION)
 		FAIL("unsupported version");
-	if (le32(b + 12) != WSR_HEADER_SIZE)
+	if (GET(b, HEADER, HEADER_SIZE) != WSR_HEADER_SIZE)
 		FAIL("bad header size");
 	memcpy(hdr, b, sizeof(hdr));
-	memset(hdr + 56, 0, 4);
-	if (wsr_crc32(0, hdr, sizeof(hdr)) != le32(b + 56))
+	memset(hdr + WSR_HEADER_HEADER_CRC32_OFF, 0, WSR_HEADER_HEADER_CRC32_LEN);
+	if (wsr_crc32(0, hdr, sizeof(hdr)) != GET(b, HEADER, HEADER_CRC32))
 		FAIL("header checksum mismatch");
 
-	uint64_t sid = le64(b + 16);
-	uint32_t nfiles = le32(b + 24), nseg = le32(b + 28), nranges = le32(b + 32);
-	uint32_t strtab = le32(b + 36);
-	uint64_t payload = le64(b + 40);
-	uint32_t pcrc = le32(b + 48);
+	uint64_t sid = GET(b, HEADER, SCHEDULE_ID);
+	uint32_t nfiles = GET(b, HEADER, NFILES), nseg = GET(b, HEADER, NSEGMENTS), nranges = GET(b, HEADER, NRANGES);
+	uint32_t strtab = GET(b, HEADER, STRTAB_LEN);
+	uint64_t payload = GET(b, HEADER, PAYLOAD_LEN);
+	uint32_t pcrc = GET(b, HEADER, PAYLOAD_CRC32);
 	if (nfiles > WSR_MAX_FILES || nranges > WSR_MAX_RANGES || nseg > nranges + 1)
 		FAIL("counts out of bounds");
 	uint64_t want = (uint64_t)nfiles * WSR_FILE_SIZE + (uint64_t)nseg * WSR_SEGMENT_SIZE +
@@ -110,16 +115,16 @@ int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **wh
 	const char *strings = (const char *)(b + WSR_HEADER_SIZE + payload - strtab);
 	for (uint32_t i = 0; i < nfiles; i++, p += WSR_FILE_SIZE) {
 		struct wsr_file *f = &out->files[i];
-		uint32_t off = le32(p + 32);
-		f->dev = le64(p);
-		f->ino = le64(p + 8);
-		f->size = le64(p + 16);
-		f->mtime_ns = (int64_t)le64(p + 24);
-		f->path_len = le32(p + 36);
-		f->kind = le32(p + 40);
+		uint32_t off = GET(p, FILE, PATH_OFF);
+		f->dev = GET(p, FILE, DEV);
+		f->ino = GET(p, FILE, INO);
+		f->size = GET(p, FILE, SIZE);
+		f->mtime_ns = (int64_t)GET(p, FILE, MTIME_NS);
+		f->path_len = GET(p, FILE, PATH_LEN);
+		f->kind = GET(p, FILE, KIND);
 		if (f->kind > WSR_KIND_BLOCKDEV)
 			FAIL("file entry with an unknown kind");
-		if ((uint64_t)off + f->path_len > strtab || f->path_len == 0 || f->path_len >= 4096)
+		if ((uint64_t)off + f->path_len > strtab || f->path_len == 0 || f->path_len > WSR_MAX_PATH)
 			FAIL("file path outside the string table");
 		if (memchr(strings + off, 0, f->path_len))
 			FAIL("file path contains a NUL byte");
@@ -130,11 +135,11 @@ int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **wh
 	uint32_t next = 0;
 	for (uint32_t i = 0; i < nseg; i++, p += WSR_SEGMENT_SIZE) {
 		struct wsr_segment *s = &out->segments[i];
-		s->idx = le32(p);
-		s->first_range = le32(p + 4);
-		s->nranges = le32(p + 8);
-		s->bytes = le64(p + 16);
-		s->cpu_ns = le64(p + 24);
+		s->idx = GET(p, SEGMENT, IDX);
+		s->first_range = GET(p, SEGMENT, FIRST_RANGE);
+		s->nranges = GET(p, SEGMENT, NRANGES);
+		s->bytes = GET(p, SEGMENT, BYTES);
+		s->cpu_ns = GET(p, SEGMENT, CPU_NS);
 		/* Segments must tile ranges[] in order: the replayer relies on it. */
 		if (s->first_range != next || (uint64_t)s->first_range + s->nranges > nranges)
 			FAIL("segments do not tile the ranges");
@@ -144,12 +149,12 @@ int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **wh
 		FAIL("segments do not cover every range");
 	for (uint32_t i = 0; i < nranges; i++, p += WSR_RANGE_SIZE) {
 		struct wsr_range *r = &out->ranges[i];
-		r->offset = le64(p);
-		r->length = le64(p + 8);
-		r->sector = le64(p + 16);
-		r->file_no = le32(p + 24);
-		r->orig_pos = le32(p + 28);
-		r->segment = le32(p + 32);
+		r->offset = GET(p, RANGE, OFFSET);
+		r->length = GET(p, RANGE, LENGTH);
+		r->sector = GET(p, RANGE, SECTOR);
+		r->file_no = GET(p, RANGE, FILE_NO);
+		r->orig_pos = GET(p, RANGE, ORIG_POS);
+		r->segment = GET(p, RANGE, SEGMENT);
 		if (r->file_no >= nfiles)
 			FAIL("range names a file that does not exist");
 		if (r->segment >= nseg || i < out->segments[r->segment].first_range ||

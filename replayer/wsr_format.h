@@ -1,9 +1,9 @@
 /* The schedule export the replayer reads (".wsr"): magic, version, checksums, fixed records.
  *
- * Written by warmstart/replay/export.py; every multi-byte field is little-endian.
- *   header (64 bytes) | files[nfiles] (48 each) | segments[nsegments] (32 each)
- *   | ranges[nranges] (40 each) | strtab (path bytes)
- * header_crc32 covers the header with that field zeroed; payload_crc32 covers everything after it.
+ * The layout (WSR_MAGIC, WSR_VERSION, WSR_KIND_*, the limits, and every record's size and
+ * field offsets) is defined once in warmstart/formats/wsr.py and generated into
+ * build/gen/wsr_layout.h; warmstart/replay/export.py writes it. The structs below are the
+ * decoded, in-memory form the replayer works on, not the file's layout.
  */
 #ifndef WSR_FORMAT_H
 #define WSR_FORMAT_H
@@ -11,16 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WSR_MAGIC "WSREPLAY"
-#define WSR_VERSION 1
-#define WSR_HEADER_SIZE 64
-#define WSR_FILE_SIZE 48
-#define WSR_SEGMENT_SIZE 32
-#define WSR_RANGE_SIZE 40
-#define WSR_MAX_RANGES (1u << 22)
-#define WSR_MAX_FILES (1u << 20)
-
-enum wsr_kind { WSR_KIND_FILE = 0, WSR_KIND_BLOCKDEV = 1 };
+#include "wsr_layout.h"
 
 struct wsr_file {
 	uint64_t dev;        /* st_dev of a regular file; st_rdev of a block device */
@@ -29,7 +20,7 @@ struct wsr_file {
 	int64_t mtime_ns;    /* 0 for a block device (not checked) */
 	const char *path;    /* points into the loaded image; NOT NUL-terminated */
 	uint32_t path_len;
-	uint32_t kind;
+	uint32_t kind;       /* WSR_KIND_* */
 };
 
 struct wsr_segment {

@@ -95,15 +95,16 @@ PORTABLE_SEED = _portable_seed()
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutations(), st.booleans())
 def test_portable_schedule_reader_refuses_cleanly(edits, fix):
-    from warmstart.portable.format import HEADER, decode
+    from warmstart.formats.wsched import HEADER
+    from warmstart.portable.format import decode
     b = apply(PORTABLE_SEED, edits)
     if fix and len(b) >= HEADER.size:  # a writer that meant it: checksums recomputed
-        h = list(HEADER.unpack_from(b))
-        h[3] = len(b) - HEADER.size
-        h[4] = zlib.crc32(b[HEADER.size:])
-        h[-1] = 0
-        h[-1] = zlib.crc32(HEADER.pack(*h))
-        b[:HEADER.size] = HEADER.pack(*h)
+        h = HEADER.unpack(b)
+        h["payload_len"] = len(b) - HEADER.size
+        h["payload_crc32"] = zlib.crc32(b[HEADER.size:])
+        h["header_crc32"] = 0
+        h["header_crc32"] = zlib.crc32(HEADER.pack(**h))
+        b[:HEADER.size] = HEADER.pack(**h)
     try:
         decode(bytes(b))
     except WarmstartError:
@@ -123,12 +124,13 @@ INDEX_SEED = _index_seed()
 @settings(max_examples=400, deadline=None)
 @given(mutations(), st.booleans())
 def test_hook_index_reader_refuses_cleanly(edits, fix):
-    from warmstart.hook.index import _HEADER, decode, fnv1a64
+    from warmstart.formats.hook_index import HEADER, fnv1a64
+    from warmstart.hook.index import decode
     b = apply(INDEX_SEED, edits)
-    if fix and len(b) >= _HEADER.size:
-        fields = list(_HEADER.unpack_from(b))
-        fields[5] = fnv1a64(bytes(b[_HEADER.size:]))
-        b[:_HEADER.size] = _HEADER.pack(*fields)
+    if fix and len(b) >= HEADER.size:
+        fields = HEADER.unpack(b)
+        fields["checksum"] = fnv1a64(bytes(b[HEADER.size:]))
+        b[:HEADER.size] = HEADER.pack(**fields)
     try:
         decode(bytes(b))
     except WarmstartError:

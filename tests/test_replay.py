@@ -15,7 +15,8 @@ from replay_helpers import (KIB, PAGE, REPLAY, build, cached_pages, device_range
                             run_replayer, save)
 from warmstart.db import open_db
 from warmstart.db.schedules import load_active_schedule
-from warmstart.replay.export import write_export, verify
+from warmstart.formats.wsr import verify
+from warmstart.replay.export import write_export
 from warmstart.replay.process import ENGINES, ReplayProcess
 
 

@@ -212,12 +212,12 @@ static void fix_checksums(enum fmt f, unsigned char *b, size_t len)
 	if (f == FMT_WSR && len >= WSR_HEADER_SIZE) {
 		uint64_t payload = len - WSR_HEADER_SIZE;
 		if (rnd() % 4)
-			put(b + 40, payload, 8); /* usually also make the size agree */
-		put(b + 48, wsr_crc32(0, b + WSR_HEADER_SIZE, payload), 4);
+			put(b + WSR_HEADER_PAYLOAD_LEN_OFF, payload, WSR_HEADER_PAYLOAD_LEN_LEN); /* usually also make the size agree */
+		put(b + WSR_HEADER_PAYLOAD_CRC32_OFF, wsr_crc32(0, b + WSR_HEADER_SIZE, payload), WSR_HEADER_PAYLOAD_CRC32_LEN);
 		unsigned char hdr[WSR_HEADER_SIZE];
 		memcpy(hdr, b, sizeof(hdr));
-		memset(hdr + 56, 0, 4);
-		put(b + 56, wsr_crc32(0, hdr, sizeof(hdr)), 4);
+		memset(hdr + WSR_HEADER_HEADER_CRC32_OFF, 0, WSR_HEADER_HEADER_CRC32_LEN);
+		put(b + WSR_HEADER_HEADER_CRC32_OFF, wsr_crc32(0, hdr, sizeof(hdr)), WSR_HEADER_HEADER_CRC32_LEN);
 	} else if (f == FMT_IDX && len >= sizeof(struct ws_index_header)) {
 		size_t h = sizeof(struct ws_index_header);
 		put(b + offsetof(struct ws_index_header, checksum), ws_fnv1a64(b + h, len - h), 8);

@@ -1,27 +1,20 @@
 """The hook index file: the only thing warmstartd and the preload shim read on the exec path.
 
-Layout (mirrors launchd-hook/index.h; little-endian): a 64-byte header (magic, version, entry
-count, string-table length, max hold, FNV-1a 64 checksum of the rest), 88-byte entries sorted by
-(dev, ino) with argv-signature entries before exe-only ones, then NUL-terminated strings.
-Written atomically (temp file + rename) because the daemon reloads on the rename.
+The layout is defined once in warmstart/formats/hook_index.py (launchd-hook/index.h includes the
+header generated from it): a 64-byte header, 88-byte entries sorted by (dev, ino) with
+argv-signature entries before exe-only ones, then NUL-terminated strings. Written atomically
+(temp file + rename) because the daemon reloads on the rename.
 """
 
 import os
-import struct
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 from ..errors import WarmstartError
+from ..formats.hook_index import (ENTRY, ENTRY_LAUNCHER, ENTRY_STALE, HEADER, HOLD_CAP_MS, MAGIC, VERSION,
+                                  fnv1a64)
 
-MAGIC = b"WSHOOKIX"
-VERSION = 1
-HOLD_CAP_MS = 60000         # the daemon never holds an exec longer, whatever the index or config says
-ENTRY_STALE = 0x1
-ENTRY_LAUNCHER = 0x2        # the wrapper (env/chroot) the app is launched through, not the app itself
-
-_HEADER = struct.Struct("<8sIIIIQI28x")
-_ENTRY = struct.Struct("<QQQqQ12I")
-assert _HEADER.size == 64 and _ENTRY.size == 88
+__all__ = ["HOLD_CAP_MS", "Index", "IndexEntry", "decode", "encode", "fnv1a64", "read_index", "write_index"]
 
 
 @dataclass
@@ -46,13 +39,6 @@ class IndexEntry:
 class Index:
     entries: List[IndexEntry] = field(default_factory=list)
     max_hold_ms: int = 10000
-
-
-def fnv1a64(data: bytes) -> int:
-    h = 0xCBF29CE484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
 
 
 def _sort_key(e: IndexEntry):
@@ -83,47 +69,52 @@ def encode(index: Index) -> bytes:
             if not path.startswith(b"/") or b"\0" in path:
                 raise WarmstartError(f"index paths must be absolute without NUL: {path!r}")
         hold = max(1, min(int(e.hold_ms), HOLD_CAP_MS))
-        fields = (*put(e.exe), *put_list(e.needles), *put(e.schedule), *put(e.name.encode()),
-                  *put_list(e.files), hold, (ENTRY_STALE if e.stale else 0) | (ENTRY_LAUNCHER if e.launcher else 0))
-        body += _ENTRY.pack(e.dev, e.ino, e.size, e.mtime_ns, e.schedule_id, *fields)
+        strings = {}
+        for field_, (off, length) in (("exe", put(e.exe)), ("argv", put_list(e.needles)), ("sched", put(e.schedule)),
+                                      ("name", put(e.name.encode())), ("files", put_list(e.files))):
+            strings[field_ + "_off"], strings[field_ + "_len"] = off, length
+        body += ENTRY.pack(dev=e.dev, ino=e.ino, size=e.size, mtime_ns=e.mtime_ns, schedule_id=e.schedule_id,
+                           **strings, hold_ms=hold,
+                           flags=(ENTRY_STALE if e.stale else 0) | (ENTRY_LAUNCHER if e.launcher else 0))
     body += strtab
-    header = _HEADER.pack(MAGIC, VERSION, len(entries), len(strtab),
-                          max(1, min(int(index.max_hold_ms), HOLD_CAP_MS)), fnv1a64(bytes(body)), 0)
+    header = HEADER.pack(magic=MAGIC, version=VERSION, n_entries=len(entries), strtab_len=len(strtab),
+                         max_hold_ms=max(1, min(int(index.max_hold_ms), HOLD_CAP_MS)),
+                         checksum=fnv1a64(bytes(body)), flags=0)
     return header + bytes(body)
 
 
 def decode(data: bytes, source: str = "index") -> Index:
     """Parse and verify an index (the same checks the daemon makes)."""
-    if len(data) < _HEADER.size:
+    if len(data) < HEADER.size:
         raise WarmstartError(f"{source}: too short to be a hook index; rewrite it with `warmstart hook install`")
-    magic, version, n, strtab_len, max_hold, checksum, _flags = _HEADER.unpack_from(data)
+    h = HEADER.unpack(data)
+    magic, version, n = h["magic"], h["version"], h["n_entries"]
     if magic != MAGIC:
         raise WarmstartError(f"{source}: not a warmstart hook index (bad magic); rewrite it with `warmstart hook install`")
     if version != VERSION:
         raise WarmstartError(f"{source}: index version {version}, this warmstart reads {VERSION}; "
                              f"rewrite it with `warmstart hook install`")
-    if len(data) != _HEADER.size + n * _ENTRY.size + strtab_len:
+    if len(data) != HEADER.size + n * ENTRY.size + h["strtab_len"]:
         raise WarmstartError(f"{source}: truncated or padded; rewrite it with `warmstart hook install`")
-    if fnv1a64(data[_HEADER.size:]) != checksum:
+    if fnv1a64(data[HEADER.size:]) != h["checksum"]:
         raise WarmstartError(f"{source}: checksum mismatch (corrupt); rewrite it with `warmstart hook install`")
-    strtab = data[_HEADER.size + n * _ENTRY.size:]
+    strtab = data[HEADER.size + n * ENTRY.size:]
 
     def get(off, length):
         return strtab[off:off + length]
 
-    out = Index(max_hold_ms=max_hold)
+    out = Index(max_hold_ms=h["max_hold_ms"])
     for i in range(n):
-        v = _ENTRY.unpack_from(data, _HEADER.size + i * _ENTRY.size)
-        dev, ino, size, mtime_ns, sid = v[:5]
-        (exe_o, exe_l, argv_o, argv_l, sch_o, sch_l, name_o, name_l, files_o, files_l, hold, flags) = v[5:]
-        needles = get(argv_o, argv_l)
-        files = get(files_o, files_l)
+        v = ENTRY.unpack(data, HEADER.size + i * ENTRY.size)
+        needles = get(v["argv_off"], v["argv_len"])
+        files = get(v["files_off"], v["files_len"])
         out.entries.append(IndexEntry(
-            dev=dev, ino=ino, size=size, mtime_ns=mtime_ns, schedule_id=sid, exe=get(exe_o, exe_l),
-            schedule=get(sch_o, sch_l), name=get(name_o, name_l).decode(errors="replace"),
+            dev=v["dev"], ino=v["ino"], size=v["size"], mtime_ns=v["mtime_ns"], schedule_id=v["schedule_id"],
+            exe=get(v["exe_off"], v["exe_len"]), schedule=get(v["sched_off"], v["sched_len"]),
+            name=get(v["name_off"], v["name_len"]).decode(errors="replace"),
             needles=tuple(needles.split(b"\0")) if needles else (),
-            files=tuple(files.split(b"\0")) if files else (), hold_ms=hold, stale=bool(flags & ENTRY_STALE),
-            launcher=bool(flags & ENTRY_LAUNCHER)))
+            files=tuple(files.split(b"\0")) if files else (), hold_ms=v["hold_ms"],
+            stale=bool(v["flags"] & ENTRY_STALE), launcher=bool(v["flags"] & ENTRY_LAUNCHER)))
     return out
 
 

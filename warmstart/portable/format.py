@@ -1,19 +1,8 @@
-"""The .wsched file: a schedule keyed by file identity, not by LBA.
+"""The .wsched file: a schedule keyed by file identity, not by LBA. Its layout is defined in
+warmstart/formats/wsched.py; this module turns a Portable into those bytes and back.
 
-Layout (little endian), checked on write (encode round-trips through decode) and on read:
-
-    header   56 bytes  HEADER: magic "WSCHED\\r\\n", version, header size, payload length,
-                       payload CRC-32, meta length, file/segment/range counts, string-table
-                       length, reserved, header CRC-32 (computed with that field 0)
-    payload  meta      UTF-8 JSON: app name, argv, algorithm, source machine, counts
-             files     FILE each: path (offset+length in the string table), size, SHA-256
-             segments  SEGMENT each: idx, first_p, last_p, first range, range count,
-                       dropped device ranges, cpu_s, t_disk_s at the source, dropped bytes
-             ranges    RANGE each: file index, byte offset, byte length (file order of fetch)
-             strtab    raw bytes: paths and the executable (no encoding assumed: bytes on Linux)
-
-"\\r\\n" in the magic catches text-mode mangling. Every offset and count is bounds-checked, so a
-truncated or corrupt file is refused with the reason, never half-imported.
+Checked on write (encode round-trips through decode) and on read: every offset and count is
+bounds-checked, so a truncated or corrupt file is refused with the reason, never half-imported.
 """
 
 import hashlib
@@ -25,14 +14,8 @@ from dataclasses import dataclass, field
 from typing import List
 
 from ..errors import WarmstartError
+from ..formats.wsched import FILE, HEADER, MAGIC, RANGE, SEGMENT, VERSION
 
-MAGIC = b"WSCHED\r\n"
-VERSION = 1
-HEADER = struct.Struct("<8sIIQIIIIIIII")     # 56
-FILE = struct.Struct("<IIQ32s")              # 48
-SEGMENT = struct.Struct("<IIIIIIddQ")        # 48
-RANGE = struct.Struct("<I4xQQ")              # 24
-assert (HEADER.size, FILE.size, SEGMENT.size, RANGE.size) == (56, 48, 48, 24)
 PAGE = 4096
 
 
@@ -114,17 +97,23 @@ def encode(p: Portable) -> bytes:
     argv = [put(a) for a in p.argv]
     meta = dict(p.meta, app=p.app_name, executable=[exe_off, exe_len], argv=argv)
     meta_b = json.dumps(meta, sort_keys=True).encode()
-    files = b"".join(FILE.pack(*put(f.path), f.size, f.sha256) for f in p.files)
+    files = bytearray()
+    for f in p.files:
+        path_off, path_len = put(f.path)
+        files += FILE.pack(path_off=path_off, path_len=path_len, size=f.size, sha256=f.sha256)
     segs, ranges = [], []
     for s in p.segments:
-        segs.append(SEGMENT.pack(s.idx, s.first_p, s.last_p, len(ranges), len(s.ranges),
-                                 s.dropped_device_ranges, s.cpu_s, s.t_disk_s, s.dropped_device_bytes))
-        ranges.extend(RANGE.pack(r.file_no, r.offset, r.length) for r in s.ranges)
-    payload = meta_b + files + b"".join(segs) + b"".join(ranges) + bytes(strtab)
-    fields = [MAGIC, VERSION, HEADER.size, len(payload), zlib.crc32(payload), len(meta_b),
-              len(p.files), len(p.segments), len(ranges), len(strtab), 0, 0]
-    fields[-1] = zlib.crc32(HEADER.pack(*fields))
-    data = HEADER.pack(*fields) + payload
+        segs.append(SEGMENT.pack(idx=s.idx, first_p=s.first_p, last_p=s.last_p, first_range=len(ranges),
+                                 nranges=len(s.ranges), dropped_device_ranges=s.dropped_device_ranges,
+                                 cpu_s=s.cpu_s, t_disk_s=s.t_disk_s, dropped_device_bytes=s.dropped_device_bytes))
+        ranges.extend(RANGE.pack(file_no=r.file_no, offset=r.offset, length=r.length) for r in s.ranges)
+    payload = meta_b + bytes(files) + b"".join(segs) + b"".join(ranges) + bytes(strtab)
+    fields = dict(magic=MAGIC, version=VERSION, header_size=HEADER.size, payload_len=len(payload),
+                  payload_crc32=zlib.crc32(payload), meta_len=len(meta_b), nfiles=len(p.files),
+                  nsegments=len(p.segments), nranges=len(ranges), strtab_len=len(strtab), reserved=0,
+                  header_crc32=0)
+    fields["header_crc32"] = zlib.crc32(HEADER.pack(**fields))
+    data = HEADER.pack(**fields) + payload
     decode(data)   # checked on write as on read (STYLE habit 4)
     return data
 
@@ -136,19 +125,20 @@ def decode(data: bytes, name: str = "schedule file") -> Portable:
                               f"export it again with `warmstart export NAME > FILE` and copy it in binary mode")
     if len(data) < HEADER.size:
         raise bad(f"only {len(data)} bytes, shorter than the {HEADER.size}-byte header (truncated?)")
-    h = list(HEADER.unpack_from(data))
-    if h[0] != MAGIC:
-        raise bad(f"bad magic {h[0]!r} (not a warmstart export, or mangled as text)")
-    if h[1] != VERSION:
-        raise bad(f"format version {h[1]}, this warmstart reads version {VERSION}")
-    crc, h[-1] = h[-1], 0
-    if h[2] != HEADER.size or zlib.crc32(HEADER.pack(*h)) != crc:
+    h = HEADER.unpack(data)
+    if h["magic"] != MAGIC:
+        raise bad(f"bad magic {h['magic']!r} (not a warmstart export, or mangled as text)")
+    if h["version"] != VERSION:
+        raise bad(f"format version {h['version']}, this warmstart reads version {VERSION}")
+    crc, h["header_crc32"] = h["header_crc32"], 0
+    if h["header_size"] != HEADER.size or zlib.crc32(HEADER.pack(**h)) != crc:
         raise bad("header checksum mismatch (corrupt)")
-    _, _, hsize, plen, pcrc, mlen, nfiles, nsegs, nranges, slen, _, _ = h
+    hsize, plen, mlen, slen = h["header_size"], h["payload_len"], h["meta_len"], h["strtab_len"]
+    nfiles, nsegs, nranges = h["nfiles"], h["nsegments"], h["nranges"]
     if len(data) != hsize + plen:
         raise bad(f"{len(data)} bytes, the header says {hsize + plen} (truncated or appended to)")
     payload = memoryview(data)[hsize:]
-    if zlib.crc32(payload) != pcrc:
+    if zlib.crc32(payload) != h["payload_crc32"]:
         raise bad("payload checksum mismatch (corrupt)")
     if mlen + nfiles * FILE.size + nsegs * SEGMENT.size + nranges * RANGE.size + slen != plen:
         raise bad("section sizes do not add up to the payload")
@@ -168,13 +158,15 @@ def decode(data: bytes, name: str = "schedule file") -> Portable:
         raise bad(f"bad metadata ({e})")
     files = []
     for i in range(nfiles):
-        off, length, size, digest = FILE.unpack_from(payload, pos + i * FILE.size)
-        files.append(PFile(string(off, length), size, digest))
+        f = FILE.unpack(payload, pos + i * FILE.size)
+        files.append(PFile(string(f["path_off"], f["path_len"]), f["size"], f["sha256"]))
     pos += nfiles * FILE.size
-    raw_ranges = [RANGE.unpack_from(payload, pos + nsegs * SEGMENT.size + i * RANGE.size) for i in range(nranges)]
+    raw_ranges = [RANGE.struct.unpack_from(payload, pos + nsegs * SEGMENT.size + i * RANGE.size)
+                  for i in range(nranges)]     # (file_no, offset, length): RANGE.names order
     segments = []
     for i in range(nsegs):
-        idx, fp, lp, first, n, dropped, cpu, tdisk, dbytes = SEGMENT.unpack_from(payload, pos + i * SEGMENT.size)
+        sg = SEGMENT.unpack(payload, pos + i * SEGMENT.size)
+        idx, first, n = sg["idx"], sg["first_range"], sg["nranges"]
         if first + n > nranges:
             raise bad(f"segment {idx} points outside the range table")
         rs = []
@@ -182,5 +174,6 @@ def decode(data: bytes, name: str = "schedule file") -> Portable:
             if file_no >= nfiles:
                 raise bad(f"a range of segment {idx} names file {file_no} of {nfiles}")
             rs.append(PRange(file_no, off, length))
-        segments.append(PSegment(idx, fp, lp, cpu, tdisk, rs, dropped, dbytes))
+        segments.append(PSegment(idx, sg["first_p"], sg["last_p"], sg["cpu_s"], sg["t_disk_s"], rs,
+                                 sg["dropped_device_ranges"], sg["dropped_device_bytes"]))
     return Portable(app, exe, argv, files, segments, meta)

@@ -1,0 +1,145 @@
+"""The .wsr schedule export: written by warmstart/replay/export.py, read by build/warmstart-replay
+(replayer/wsr_format.c includes the generated build/gen/wsr_layout.h).
+
+    header (64 bytes) | files[nfiles] (48 each) | segments[nsegments] (32 each)
+    | ranges[nranges] (40 each) | strtab (path bytes, not NUL-terminated)
+
+header_crc32 covers the header with that field zeroed; payload_crc32 covers everything after it.
+Every multi-byte field is little-endian. encode() is the byte-level writer: it takes the decoded
+contents (what the C reader hands the replayer), so the shared test vectors describe exactly that.
+"""
+
+import zlib
+from itertools import starmap
+from dataclasses import dataclass
+from typing import List, NamedTuple
+
+from . import Field, Format, Record
+
+MAGIC = b"WSREPLAY"
+VERSION = 1
+KIND_FILE, KIND_BLOCKDEV = 0, 1
+MAX_FILES = 1 << 20            # reader limits: a file claiming more is refused
+MAX_RANGES = 1 << 22
+MAX_PATH = 4095                # bytes; a longer path is refused
+
+HEADER = Record("HEADER", 64,
+                Field("magic", "8s", "WSR_MAGIC"),
+                Field("version", "I", "WSR_VERSION"),
+                Field("header_size", "I", "WSR_HEADER_SIZE"),
+                Field("schedule_id", "Q"),
+                Field("nfiles", "I"),
+                Field("nsegments", "I"),
+                Field("nranges", "I"),
+                Field("strtab_len", "I"),
+                Field("payload_len", "Q", "bytes after the header"),
+                Field("payload_crc32", "I", "zlib CRC-32 of the payload"),
+                Field("reserved", "I"),
+                Field("header_crc32", "I", "zlib CRC-32 of the header with this field 0"),
+                Field("reserved2", "I"))
+FILE = Record("FILE", 48,
+              Field("dev", "Q", "st_dev of a regular file; st_rdev of a block device"),
+              Field("ino", "Q", "0 for a block device"),
+              Field("size", "Q", "bytes; 0 for a block device (not checked)"),
+              Field("mtime_ns", "q", "0 for a block device (not checked)"),
+              Field("path_off", "I", "into the string table"),
+              Field("path_len", "I"),
+              Field("kind", "I", "WSR_KIND_*"),
+              Field("pad", "4x"))
+SEGMENT = Record("SEGMENT", 32,
+                 Field("idx", "I", "1 = the pre-buffer"),
+                 Field("first_range", "I", "index into ranges[]; segments tile ranges[] in order"),
+                 Field("nranges", "I"),
+                 Field("pad", "4x"),
+                 Field("bytes", "Q"),
+                 Field("cpu_ns", "Q", "the app's CPU time within the segment (for pacing)"))
+RANGE = Record("RANGE", 40,
+               Field("offset", "Q", "bytes into the file / device"),
+               Field("length", "Q", "bytes"),
+               Field("sector", "Q", "LBA (512-byte sectors) on the device, for LBA sorting"),
+               Field("file_no", "I", "index into files[]"),
+               Field("orig_pos", "I", "position of the first access in the launch sequence (1-based)"),
+               Field("segment", "I", "index into segments[]"),
+               Field("pad", "4x"))
+
+FORMAT = Format("wsr", "WSR", __doc__.split("\n\n")[0],
+                {"WSR_MAGIC": MAGIC, "WSR_VERSION": VERSION,
+                 "WSR_KIND_FILE": (KIND_FILE, "a regular file, opened by path"),
+                 "WSR_KIND_BLOCKDEV": (KIND_BLOCKDEV, "a block device node: metadata read by LBA"),
+                 "WSR_MAX_FILES": (MAX_FILES, "reader limits: more is refused"), "WSR_MAX_RANGES": MAX_RANGES,
+                 "WSR_MAX_PATH": (MAX_PATH, "bytes")},
+                (HEADER, FILE, SEGMENT, RANGE))
+
+
+class WsrFile(NamedTuple):
+    path: bytes
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    kind: int = KIND_FILE
+
+
+class WsrSegment(NamedTuple):
+    idx: int
+    first_range: int
+    nranges: int
+    bytes: int
+    cpu_ns: int
+
+
+class WsrRange(NamedTuple):
+    """A range; its fields are RANGE's, in order (encode packs it as it is)."""
+    offset: int
+    length: int
+    sector: int
+    file_no: int
+    orig_pos: int
+    segment: int
+
+
+assert WsrRange._fields == RANGE.names, "WsrRange must list RANGE's fields in order"
+assert WsrSegment._fields == SEGMENT.names
+
+
+@dataclass
+class WsrContents:
+    """A schedule as the replayer sees it: what encode() writes and the C reader decodes."""
+    schedule_id: int
+    files: List[WsrFile]
+    segments: List[WsrSegment]
+    ranges: List[WsrRange]      # or plain tuples of its fields (replay/export.py, for speed)
+
+
+def encode(c: WsrContents) -> bytes:
+    strtab = bytearray()
+    out = []
+    for f in c.files:
+        out.append(FILE.pack(dev=f.dev, ino=f.ino, size=f.size, mtime_ns=f.mtime_ns, path_off=len(strtab),
+                             path_len=len(f.path), kind=f.kind))
+        strtab += f.path
+    out.extend(starmap(SEGMENT.struct.pack, c.segments))
+    out.extend(starmap(RANGE.struct.pack, c.ranges))     # the hot loop: `warmstart run` writes one per launch
+    payload = b"".join(out) + bytes(strtab)
+    fields = dict(magic=MAGIC, version=VERSION, header_size=HEADER.size, schedule_id=c.schedule_id,
+                  nfiles=len(c.files), nsegments=len(c.segments), nranges=len(c.ranges), strtab_len=len(strtab),
+                  payload_len=len(payload), payload_crc32=zlib.crc32(payload), reserved=0, header_crc32=0,
+                  reserved2=0)
+    fields["header_crc32"] = zlib.crc32(HEADER.pack(**fields))
+    return HEADER.pack(**fields) + payload
+
+
+def verify(data: bytes):
+    """Why `data` is not a valid export, or None: the header-level checks the C reader makes
+    first (the C reader then checks every record; the Python side never reads exports back)."""
+    if len(data) < HEADER.size:
+        return "shorter than the header"
+    h = HEADER.unpack(data)
+    if h["magic"] != MAGIC or h["version"] != VERSION or h["header_size"] != HEADER.size:
+        return "bad magic, version or header size"
+    crc, h["header_crc32"] = h["header_crc32"], 0
+    if zlib.crc32(HEADER.pack(**h)) != crc:
+        return "header checksum mismatch"
+    if len(data) != HEADER.size + h["payload_len"] or zlib.crc32(data[HEADER.size:]) != h["payload_crc32"]:
+        return "size or payload checksum mismatch"
+    return None
