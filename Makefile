@@ -13,6 +13,7 @@ FORMAT_SPECS  := $(wildcard warmstart/formats/*.py)
 LAYOUT_CFLAGS := -I$(GEN)
 WSR_LAYOUT    := $(GEN)/wsr_layout.h
 INDEX_LAYOUT  := $(GEN)/hook_index_layout.h
+VECTORS       := $(CURDIR)/tests/vectors
 
 # Each C component appends the programs warmstart runs (record, analyze, run, hook, speculate)
 # to HELPERS, its bench and test programs to BINARIES, and its C unit tests to CTESTS.
@@ -42,6 +43,10 @@ $(BUILD) $(GEN):
 
 $(GEN)/%_layout.h: $(FORMAT_SPECS) | $(GEN)
 	$(PYTHON) -m warmstart.formats.cheader $* > $@.tmp && mv $@.tmp $@
+
+# what the C tests expect of the shared test vectors (tests/vectors/FORMAT.json)
+$(GEN)/%_vectors.h: tests/vectors/%.json tests/vectors/vectors.py | $(GEN)
+	$(PYTHON) tests/vectors/vectors.py c $* > $@.tmp && mv $@.tmp $@
 
 test: build
 	@$(MAKE) --no-print-directory ctest

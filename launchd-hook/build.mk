@@ -15,8 +15,8 @@ $(BUILD)/warmstartd: $(HOOK_DIR)/warmstartd.c $(HOOK_DIR)/worker.c $(HOOK_DIR)/s
 $(BUILD)/libwarmstart-preload.so: $(HOOK_DIR)/preload.c $(HOOK_COMMON) $(HOOK_HDRS) | $(BUILD)
 	$(CC) $(CFLAGS) $(LAYOUT_CFLAGS) -fPIC -shared -fvisibility=hidden -o $@ $(filter %.c,$^)
 
-$(BUILD)/test-hook-index: $(HOOK_DIR)/test_index.c $(HOOK_COMMON) $(HOOK_HDRS) | $(BUILD)
-	$(CC) $(CFLAGS) $(LAYOUT_CFLAGS) -o $@ $(filter %.c,$^)
+$(BUILD)/test-hook-index: $(HOOK_DIR)/test_index.c $(HOOK_COMMON) $(HOOK_HDRS) $(GEN)/hook_index_vectors.h | $(BUILD)
+	$(CC) $(CFLAGS) $(LAYOUT_CFLAGS) -DVECTOR_DIR='"$(VECTORS)"' -o $@ $(filter %.c,$^)
 
 $(BUILD)/warmstart-execbench: $(HOOK_DIR)/execbench.c | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $<

@@ -1,10 +1,17 @@
-/* C tests of the hook index: layout checks, checksum, lookup, argv signatures. */
+/* C tests of the hook index: the shared test vectors (tests/vectors/hook_index.json, whose
+ * expectations build/gen/hook_index_vectors.h carries) decode to exactly what the Python writer
+ * was given or are refused; then checksum, lookup and argv signatures on hand-built images. */
 #include "index.h"
+#include "hook_index_vectors.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifndef VECTOR_DIR
+#error "build with -DVECTOR_DIR='\"/path/to/tests/vectors\"' (launchd-hook/build.mk does)"
+#endif
 
 static int passed, failed;
 #define CHECK(cond)                                                        \
@@ -33,6 +40,56 @@ static uint32_t add_str(struct builder *b, const char *s, uint32_t len)
 	b->strtab[off + len] = '\0';
 	b->slen += len + 1;
 	return off;
+}
+
+static int same_str(const struct ws_index *idx, uint32_t off, uint32_t len, const char *want, uint32_t want_len)
+{
+	return len == want_len && !memcmp(ws_index_str(idx, off), want, len) && ws_index_str(idx, off)[len] == '\0';
+}
+
+/* The index read from the vector file is exactly the vector's contents. */
+static void check_vector(const struct idx_vector *v)
+{
+	char path[4096];
+	static unsigned char buf[1 << 16]; /* static: aligned for the structs, as the mmap is */
+	struct ws_index idx;
+	size_t len;
+	FILE *f;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s", VECTOR_DIR, v->file);
+	f = fopen(path, "rb");
+	if (!f) {
+		fprintf(stderr, "cannot read the test vector %s (run from a checkout; see tests/vectors/)\n", path);
+		exit(2);
+	}
+	len = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	rc = ws_index_parse(&idx, buf, len);
+	if (rc != (v->rejected ? v->rejected : 0))
+		fprintf(stderr, "%s: ws_index_parse returned %d, expected %d\n", v->file, rc, v->rejected);
+	CHECK(rc == v->rejected);
+	if (v->rejected || rc)
+		return;
+	CHECK(idx.hdr->max_hold_ms == v->max_hold_ms && idx.hdr->n_entries == v->n_entries);
+	for (uint32_t i = 0; i < idx.hdr->n_entries && i < v->n_entries; i++) {
+		const struct ws_index_entry *e = &idx.entries[i];
+		const struct idx_vector_entry *w = &v->entries[i];
+		int ok = e->dev == w->dev && e->ino == w->ino && e->size == w->size && e->mtime_ns == w->mtime_ns &&
+			 e->schedule_id == w->schedule_id && e->hold_ms == w->hold_ms && e->flags == w->flags &&
+			 same_str(&idx, e->exe_off, e->exe_len, w->exe, w->exe_len) &&
+			 same_str(&idx, e->argv_off, e->argv_len, w->argv, w->argv_len) &&
+			 same_str(&idx, e->sched_off, e->sched_len, w->sched, w->sched_len) &&
+			 same_str(&idx, e->name_off, e->name_len, w->name, w->name_len) &&
+			 same_str(&idx, e->files_off, e->files_len, w->files, w->files_len);
+
+		if (!ok)
+			fprintf(stderr, "%s: entry %u differs from tests/vectors/hook_index.json\n", v->file, i);
+		CHECK(ok);
+		/* the lookup finds the first entry of this inode */
+		CHECK(ws_index_find(&idx, w->dev, w->ino) == &idx.entries[i > 0 && idx.entries[i - 1].dev == w->dev &&
+									 idx.entries[i - 1].ino == w->ino ? i - 1 : i]);
+	}
 }
 
 /* entries: (dev, ino, needles) with size 100, mtime 5 */
@@ -77,8 +134,9 @@ int main(void)
 	int mismatch;
 	size_t len;
 
-	CHECK(sizeof(struct ws_index_header) == 64);
-	CHECK(sizeof(struct ws_index_entry) == 88);
+	for (size_t i = 0; i < sizeof(idx_vectors) / sizeof(*idx_vectors); i++)
+		check_vector(&idx_vectors[i]);
+
 	/* known FNV-1a 64 values */
 	CHECK(ws_fnv1a64("", 0) == 0xcbf29ce484222325ull);
 	CHECK(ws_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);

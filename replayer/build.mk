@@ -10,8 +10,8 @@ CTESTS   += $(BUILD)/test-replay-format $(BUILD)/test-replay-core
 $(BUILD)/warmstart-replay: replayer/main.c $(REPLAY_SRC) $(REPLAY_HDR) | $(BUILD)
 	$(CC) $(CFLAGS) $(LAYOUT_CFLAGS) -o $@ replayer/main.c $(REPLAY_SRC) -luring -lpthread
 
-$(BUILD)/test-replay-format: replayer/test_format.c replayer/wsr_format.c $(REPLAY_HDR) | $(BUILD)
-	$(CC) $(CFLAGS) $(LAYOUT_CFLAGS) -o $@ replayer/test_format.c replayer/wsr_format.c
+$(BUILD)/test-replay-format: replayer/test_format.c replayer/wsr_format.c $(REPLAY_HDR) $(GEN)/wsr_vectors.h | $(BUILD)
+	$(CC) $(CFLAGS) $(LAYOUT_CFLAGS) -DVECTOR_DIR='"$(VECTORS)"' -o $@ replayer/test_format.c replayer/wsr_format.c
 
 $(BUILD)/test-replay-core: replayer/test_core.c $(REPLAY_SRC) $(REPLAY_HDR) | $(BUILD)
 	$(CC) $(CFLAGS) $(LAYOUT_CFLAGS) -o $@ replayer/test_core.c $(REPLAY_SRC) -luring -lpthread
