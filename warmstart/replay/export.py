@@ -80,6 +80,22 @@ def encode(schedule) -> bytes:
     return wsr.encode(contents(schedule))
 
 
+def export_in_memory(schedule) -> int:
+    """The export for `schedule` in an anonymous in-memory file (memfd), as an open fd whose
+    /dev/fd path the replayer can open: nothing on disk to write, clean up or leave behind when
+    killed (what `warmstart run` hands its replayer)."""
+    fd = os.memfd_create("warmstart-schedule.wsr", os.MFD_CLOEXEC)
+    try:
+        data = encode(schedule)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def write_export(schedule, path) -> ExportInfo:
     """Write the export for `schedule` to `path` atomically (temp file + rename). The temp file
     is named after this process (PATH.tmp.PID): a concurrent writer never replaces it, and one a

@@ -7,7 +7,6 @@ import json
 import os
 import select
 import subprocess
-import tempfile
 import time
 from typing import Optional, Sequence
 
@@ -23,7 +22,9 @@ class ReplayProcess:
     """One running replayer. Use start(), wait_ready(), finish()."""
 
     def __init__(self, export_path, mode: str, engine: str = DEFAULT_ENGINE,
-                 extra_args: Sequence[str] = (), uid: Optional[int] = None, gid: Optional[int] = None):
+                 extra_args: Sequence[str] = (), uid: Optional[int] = None, gid: Optional[int] = None,
+                 pass_fds: Sequence[int] = ()):
+        """pass_fds: fds the replayer keeps (an export_path of /dev/fd/N needs N)."""
         if mode not in MODES:
             raise WarmstartError(f"unknown replay mode {mode!r}: use one of {', '.join(MODES)}")
         if engine not in ENGINES:
@@ -33,13 +34,14 @@ class ReplayProcess:
         self.mode, self.engine = mode, engine
         self.extra_args = list(extra_args)
         self.uid, self.gid = uid, gid
+        self.pass_fds = tuple(pass_fds)
         self.proc = None
         self.ready_ns: Optional[int] = None
         self.start_ns: Optional[int] = None
 
     def start(self) -> "ReplayProcess":
         notify_r, notify_w = os.pipe()
-        self._stats = tempfile.TemporaryFile()
+        self._stats = os.fdopen(os.memfd_create("warmstart-replay-stats", os.MFD_CLOEXEC), "w+b")
         args = [str(self.binary), "--mode", self.mode, "--engine", self.engine,
                 "--notify-fd", str(notify_w),
                 "--stats-fd", str(self._stats.fileno())] + self.extra_args
@@ -50,7 +52,7 @@ class ReplayProcess:
         args.append(os.fsdecode(self.export_path))
         self.start_ns = time.monotonic_ns()
         try:
-            self.proc = subprocess.Popen(args, pass_fds=(notify_w, self._stats.fileno()),
+            self.proc = subprocess.Popen(args, pass_fds=(notify_w, self._stats.fileno(), *self.pass_fds),
                                          stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
         finally:
             os.close(notify_w)

@@ -9,7 +9,6 @@ launching.py detects.
 """
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -20,7 +19,7 @@ from ..db.schedules import load_active_schedule
 from ..errors import WarmstartError
 from ..launching import Until, launch, resolve_command
 from ..signature import signature_argv
-from .export import write_export
+from .export import export_in_memory
 from .pageuse import UseTracer
 from .process import DEFAULT_ENGINE, MODES, ReplayProcess
 
@@ -110,13 +109,16 @@ def run_launch(conn, argv: Sequence[str], prefetch: Prefetch = Prefetch(), how: 
     use = UseTracer(schedule if prefetch.measure_use else None)
     rp, t0 = None, time.monotonic_ns()
     ready = False
-    with tempfile.TemporaryDirectory(prefix="warmstart-run-") as tmp, use:
+    with use:
         try:
             if schedule is not None:
-                export = write_export(schedule, os.path.join(tmp, "schedule.wsr"))
-                rp = ReplayProcess(export.path, mode, prefetch.engine)
-                t0 = time.monotonic_ns()
-                rp.start()
+                export_fd = export_in_memory(schedule)
+                try:
+                    rp = ReplayProcess(f"/dev/fd/{export_fd}", mode, prefetch.engine, pass_fds=(export_fd,))
+                    t0 = time.monotonic_ns()
+                    rp.start()
+                finally:
+                    os.close(export_fd)
                 ready = rp.wait_ready(how.timeout)
             result = launch(argv, how.until, how.timeout, passthrough=how.passthrough,
                             kill_at_end=how.kill_at_end)
