@@ -21,7 +21,7 @@ from warmstart.db.schedules import load_active_schedule, save_schedule
 from warmstart.model import Range, Schedule, ScheduledFile, Segment
 from warmstart.errors import WarmstartError
 from warmstart.relocate import relocate_apps
-from warmstart.relocate.extents import fiemap
+from warmstart.fiemap import fiemap_fd as fiemap
 
 
 def _run(*argv):

@@ -1,7 +1,13 @@
-"""Relocation planning and the disk model: pure logic on hand-made schedules (no root needed)."""
+"""Relocation planning, file placement and the schedule model: pure logic on hand-made
+schedules and extents (no root needed)."""
 
-from warmstart.model import Range, Schedule, ScheduledFile, Segment
-from warmstart.relocate import model, planner
+from warmstart.analyzer.access import schedule_cost
+from warmstart.analyzer.ordering import fetch_order
+from warmstart.analyzer.profile import class_profile
+from warmstart.analyzer.segment import segments_launch_time
+from warmstart.fiemap import Run, place
+from warmstart.model import Extent, Range, Schedule, ScheduledFile, Segment
+from warmstart.relocate import planner
 
 BS = 4096
 
@@ -71,18 +77,46 @@ def test_touched_ranges_merge_small_gaps():
     assert planner.touched_blocks([s], LIBX.path, BS) == [(0, 3), (2560, 2561)]
 
 
+def _one_segment(runs):
+    f = _file(b"m", 64 * 2**20)
+    rs = [Range(1, sector, n, n * 512, f, i * n * 512) for i, (sector, n) in enumerate(runs)]
+    return Schedule(None, "m", "paper", "model", 0.0, 0, 0, [], [Segment(1, 1, 1, 0.0, 0.01, 0, rs)], [f], {})
+
+
 def test_model_contiguous_fetch_is_one_request_and_far_cheaper():
-    stroke = 2 * 10**9 // 512
-    scattered = [(i * 200000, 256) for i in range(100)]
-    packed = [(i * 256, 256) for i in range(100)]
-    a, b = model.fetch_cost(scattered, stroke), model.fetch_cost(packed, stroke)
+    prof = class_profile(True, 2 * 10**9)
+    scattered = _one_segment([(i * 200000, 256) for i in range(100)])
+    packed = _one_segment([(i * 256, 256) for i in range(100)])
+    a, b = schedule_cost(scattered, prof), schedule_cost(packed, prof)
     assert (a.requests, a.seeks) == (100, 100)
     assert (b.requests, b.seeks) == (1, 1)
-    assert b.seconds < a.seconds / 5
+    assert b.fetch_s < a.fetch_s / 5
+    # where the ranges are said to be (a relocation's prediction) is what is costed
+    moved = schedule_cost(scattered, prof, lambda r: [(r.sector // 200000 * 256, r.nr_sectors)])
+    assert (moved.requests, moved.fetch_s) == (1, b.fetch_s)
 
 
-def test_launch_time_pipeline():
-    # f1, then max(cpu1, f2), then cpu2
-    assert model.launch_time([(0.5, 0.2), (0.3, 0.1)]) == 0.5 + 0.3 + 0.1
-    assert model.launch_time([(0.5, 0.4), (0.3, 0.1)]) == 0.5 + 0.4 + 0.1
-    assert model.launch_time([]) == 0.0
+def test_launch_time_is_the_analyzers_formula():
+    # max over j of (t_1 + ... + t_j + CPU of segments j..m)
+    assert segments_launch_time([0.5, 0.3], [0.2, 0.1]) == max(0.5 + 0.3, 0.8 + 0.1)
+    assert segments_launch_time([0.1, 0.1], [0.6, 0.1]) == 0.1 + 0.7
+    assert segments_launch_time([], []) == 0.0
+
+
+def test_place_joins_touching_extents_and_splits_at_jumps():
+    exts = [Extent(0, 4096, 4096), Extent(4096, 8192, 4096), Extent(8192, 40960, 4096), Extent(16384, 81920, 4096)]
+    # bytes 0..12000: the first two extents touch on the device (one run), the third jumps
+    assert place(exts, 0, 12000) == [Run(8, 16, 0, 8192), Run(80, 8, 8192, 12000 - 8192)]
+    # a run that starts inside a sector is not joined with the next one
+    assert place(exts, 1000, 7192) == [Run(9, 7, 1000, 3096), Run(16, 8, 4096, 4096)]
+    assert place(exts, 0, 4096, base=2048) == [Run(2048 + 8, 8, 0, 4096)]
+    assert place(exts, 12288, 4096) == []                 # a hole: no run
+
+def test_fetch_order_metadata_sweep_then_data_sweep_each_by_device_and_lba():
+    f = _file(b"o", 2**20)
+    meta = [Range(2, 50, 8, 4096), Range(1, 900, 8, 4096), Range(1, 900, 8, 4096)]   # one read twice
+    data = [Range(1, 10, 8, 4096, f, 0), Range(1, 5, 8, 4096, f, 4096), Range(2, 1, 8, 4096, f, 8192)]
+    got = fetch_order(data + meta)
+    assert [(r.file is None, r.dev, r.sector) for r in got] == \
+        [(True, 1, 900), (True, 2, 50), (False, 1, 5), (False, 1, 10), (False, 2, 1)]
+    assert [r.sector for r in fetch_order(data + meta, metadata_first=False)] == [5, 10, 900, 1, 50]

@@ -44,6 +44,15 @@ def disk_of(dev: int) -> Tuple[int, int]:
         return dev, 0
 
 
+def size_bytes(dev: int) -> int:
+    """Size of block device dev in bytes (sysfs counts 512-byte sectors), 0 if unknown."""
+    try:
+        with open(sysfs_path(dev) + "/size") as f:
+            return int(f.read()) * 512
+    except (OSError, ValueError):
+        return 0
+
+
 def rotational(dev: int) -> Optional[bool]:
     """The kernel's queue/rotational of the disk holding dev (a partition's parent), or None."""
     base = sysfs_path(dev)

@@ -131,11 +131,15 @@ class ScheduledFile:
 
 @dataclass(frozen=True)
 class Extent:
-    """One FIEMAP extent of a scheduled file at analysis time (bytes)."""
+    """One FIEMAP extent of a file (bytes; physical is relative to its file system's device)."""
     logical: int
     physical: int
     length: int
     flags: int = 0
+
+    @property
+    def physical_end(self) -> int:
+        return self.physical + self.length
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """DISK_ACCESS implementations behind one interface (segment.Cost): the model and the real disk.
 
 - ModelCost: the device profile's estimate (DiskProfile, model.py), no I/O; thousands of calls per second.
+- schedule_cost: the same profile's estimate of a stored schedule (import and relocation re-model
+  schedules whose ranges moved, or are predicted to move, with it).
 - DiskCost: reads the segment's ranges in fetch order from the block device with O_DIRECT through
   warmstart-probe, so the device is timed and not the page cache. Before each probe the head is put
   at a fixed place (a 4 KiB read at offset 0, not counted) so repeated probes start alike. A time
@@ -8,14 +10,15 @@
 """
 
 import time
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-
-from ..model import DiskProfile
-from .ordering import PieceTable
+from ..model import DiskProfile, Range, Schedule
+from .ordering import PieceTable, fetch_order
+from .profile import main_dev, model_profile
 from ..errors import WarmstartError
 from .probe import check_direct, device_path, run
-from .segment import Cost
+from .segment import Cost, segments_launch_time
 
 
 def _merge_contiguous(starts, lengths) -> List[Tuple[int, int]]:
@@ -36,6 +39,65 @@ class ModelCost(Cost):
     def measure(self, a: int, b: int) -> float:
         dev, start, length = self.table.arrays(a, b)
         return self.profile.access_time_arrays(dev, start, length)
+
+
+@dataclass
+class ScheduleCost:
+    """A stored schedule on a device profile: its launch time T (segment.pipelined), the fetch
+    time of each segment, the requests (runs that do not touch the previous one) and the seeks
+    among them (gaps the drive does not stream through)."""
+    launch_s: float
+    per_segment: List[float]
+    requests: int
+    seeks: int
+
+    @property
+    def fetch_s(self) -> float:
+        return sum(self.per_segment)
+
+    def as_dict(self) -> dict:
+        return {"launch_s": round(self.launch_s, 4), "fetch_s": round(self.fetch_s, 4),
+                "requests": self.requests, "seeks": self.seeks, "segments": len(self.per_segment)}
+
+
+Locate = Callable[[Range], Sequence[Tuple[int, int]]]
+
+
+def schedule_cost(sched: Schedule, profile: DiskProfile, locate: Optional[Locate] = None) -> ScheduleCost:
+    """Model sched on profile (ModelCost's DISK_ACCESS, segment.pipelined's T). locate(range) ->
+    [(sector, nr_sectors), ...] says where a range's bytes are (default: where the schedule
+    says); each segment is fetched in fetch order of those places."""
+    per, requests, seeks = [], 0, 0
+    for seg in sched.segments:
+        placed = [Range(r.dev, run[0], run[1], run[1] * 512, r.file) for r in seg.ranges
+                  for run in (locate(r) if locate else [(r.sector, r.nr_sectors)])]
+        runs = [(r.dev, r.sector * 512, r.nr_sectors * 512) for r in fetch_order(placed)]
+        per.append(profile.access_time(runs))
+        prev = None
+        for dev, start, length in runs:
+            gap = None if prev is None or prev[0] != dev else start - prev[1]
+            if gap != 0:
+                requests += 1
+                seeks += gap is None or not 0 < gap <= profile.stream_bytes
+            prev = (dev, start + length)
+    launch = segments_launch_time(per, [seg.cpu_s for seg in sched.segments])
+    return ScheduleCost(launch, per, requests, seeks)
+
+
+def schedule_profile(conn, sched: Schedule) -> Tuple[Optional[int], DiskProfile, str]:
+    """(profile id or None, profile, where it came from) of the device sched is timed on."""
+    return model_profile(conn, main_dev(conn, (r for s in sched.segments for r in s.ranges)))
+
+
+def remodel(conn, sched: Schedule) -> str:
+    """Set sched's t_i and t_exp from its device's profile; returns what it was modelled with."""
+    profile_id, prof, how = schedule_profile(conn, sched)
+    cost = schedule_cost(sched, prof)
+    for seg, t in zip(sched.segments, cost.per_segment):
+        seg.t_disk_s = t
+    sched.t_exp_s = cost.launch_s
+    sched.profile_id = profile_id
+    return "modelled: " + how
 
 
 class DiskCost(Cost):

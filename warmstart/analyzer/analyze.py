@@ -26,6 +26,7 @@ from .ext4meta import MetadataFinder
 from .filemap import FileMap, Piece
 from .gapmerge import merge_gaps
 from .ordering import PieceTable
+from .profile import main_dev, profile_without_node, stored_profile
 from .segment import Result, launch_time, optimise, paper, reorder
 from .sequence import Access, LaunchSequence, from_requests, merge_recordings
 from .strips import geometry_from_sysfs, split_at_strips, whole_stripes
@@ -156,16 +157,6 @@ def add_file_metadata(items: List[List[Piece]]) -> dict:
     return {"blocks": added, "bytes": added_bytes, "unsupported": dict(finder.reasons)}
 
 
-def _main_dev(conn, items) -> int:
-    """The device the schedule is timed on: the most-read one among those with a profile, else
-    the most-read one (a chroot launch also reads the host's root disk a little)."""
-    size: Dict[int, int] = {}
-    for ps in items:
-        for p in ps:
-            size[p.dev] = size.get(p.dev, 0) + p.nr_sectors
-    return profile_db.main_device(conn, size)
-
-
 def _to_ranges(pieces: Sequence[Piece]) -> List[Range]:
     return [Range(p.dev, p.sector, p.nr_sectors, p.length, p.file, p.file_offset if p.file else None,
                   p.first_p or None) for p in pieces]
@@ -198,14 +189,8 @@ def _check_options(opts: Options) -> None:
 
 def cost_setup(conn, items, table: PieceTable, opts: Options, cold_s: float) -> CostSetup:
     """The device, its profile, whether it can be probed, and the costs to segment with."""
-    dev = _main_dev(conn, items)
-    dev_path = None
-    try:
-        dev_path = probe.device_path(dev)
-        size = probe.device_size(dev_path)
-        prof_row = profile_db.latest_profile(conn, dev, size)
-    except (WarmstartError, OSError):
-        prof_row = profile_db.latest_profile(conn, dev)
+    dev = main_dev(conn, (p for ps in items for p in ps))
+    dev_path, prof_row = stored_profile(conn, dev)
     profile_id, prof = prof_row if prof_row else (None, None)
     method = opts.probe
     notes: Dict[str, object] = {}
@@ -222,7 +207,6 @@ def cost_setup(conn, items, table: PieceTable, opts: Options, cold_s: float) -> 
             if prof is None:
                 # The node refuses O_DIRECT (a VM's or container's disk): profile it another way,
                 # once, and keep the profile as `profile-disk` would
-                from .profile import profile_without_node
                 prof, how = profile_without_node(dev, devices.rotational(dev))
                 profile_id = profile_db.save_profile(conn, dev_path or f"dev {dev}", dev, prof, 0.0)
                 notes["profiled"] = how

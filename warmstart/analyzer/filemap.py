@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..devices import disk_of
-from ..fiemap import fiemap, mappable
+from ..fiemap import fiemap, mappable, place
 from ..model import Extent, FileInfo, ScheduledFile
 from .sequence import Access
 
@@ -180,8 +180,10 @@ class FileMap:
                 for o, n in self._used(key, offset, length):
                     if now is None:
                         out.append(Piece(a.dev, cur + (o - offset) // 512, -(-n // 512), a.is_meta, sf, o, n))
-                    else:
-                        out.extend(_placed_now(a, sf, o, n, *now))
+                    else:   # moved since the recording: where the bytes are now
+                        base, exts = now
+                        out.extend(Piece(a.dev, run.sector, run.nr_sectors, a.is_meta, sf, run.file_offset, run.length)
+                                   for run in place(exts, o, n, base))
                     self.report.mapped_bytes += n
             elif length:
                 self.report.dropped_mismatch_bytes += length
@@ -200,16 +202,3 @@ class FileMap:
         self.report.device_bytes += n
         return Piece(a.dev, s, e - s, False, None, 0, n)
 
-
-def _placed_now(a: Access, sf: ScheduledFile, offset: int, length: int, base: int,
-                extents: List[Extent]) -> List[Piece]:
-    """File bytes [offset, +length) as pieces where they are now (they moved since recording)."""
-    out = []
-    for e in extents:
-        lo, hi = max(offset, e.logical), min(offset + length, e.logical + e.length)
-        if lo >= hi:
-            continue
-        phys = e.physical + lo - e.logical
-        sector = base + phys // 512
-        out.append(Piece(a.dev, sector, -(-(phys % 512 + hi - lo) // 512), a.is_meta, sf, lo, hi - lo))
-    return out

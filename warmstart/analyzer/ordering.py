@@ -8,7 +8,8 @@ that maps to no file), not only requests the trace flagged as metadata: ext4's i
 readahead (128 KiB reads of inode blocks that open() needs) is not flagged REQ_META, and leaving it
 in the data sweep made the replayer's opens seek back for it (the same 20 MB pre-buffer took
 0.445 s instead of 0.41 s on the emulated HDD). The replayer's `reorder` uses the same rule. With metadata_first=False a segment is one sweep, as in
-the paper's SORT().
+the paper's SORT(). fetch_order() is the rule for a list of Ranges (import re-sorts with it);
+the C replayer fetches a segment's ranges in the order the schedule stores them.
 
 All pieces of P are sorted once by (kind, dev, sector); a segment's order is then the subsequence
 of that global order whose items fall in [a, b], which numpy selects in one pass.
@@ -17,12 +18,35 @@ of that global order whose items fall in [a, b], which numpy selects in one pass
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterable, List, Sequence, Tuple, TypeVar, Union
 
+from ..model import Range
 from .filemap import Piece
 
 if TYPE_CHECKING:
     import numpy as np  # numpy is imported where the model runs, not when the CLI starts
+
+
+def fetch_kind(item: Union[Piece, Range], metadata_first: bool = True) -> int:
+    """The sweep an item is fetched in: 0 the metadata sweep (a range that maps to no file), 1 data."""
+    return 0 if item.file is None and metadata_first else 1
+
+
+R = TypeVar("R", Piece, Range)
+
+
+def fetch_order(ranges: Iterable[R], metadata_first: bool = True) -> List[R]:
+    """ranges in fetch order: (sweep, dev, sector). A device range listed twice (the same metadata
+    blocks read by two segments that were merged) is fetched once."""
+    seen, out = set(), []
+    for r in ranges:
+        if r.file is None:
+            key = (r.dev, r.sector, r.nr_sectors)
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(r)
+    return sorted(out, key=lambda r: (fetch_kind(r, metadata_first), r.dev, r.sector))
 
 
 class PieceTable:
@@ -42,8 +66,7 @@ class PieceTable:
         self.dev = np.array([p.dev for p in self.pieces], dtype=np.int64)
         self.start = np.array([p.sector * 512 for p in self.pieces], dtype=np.int64)
         self.length = np.array([p.nr_sectors * 512 for p in self.pieces], dtype=np.int64)
-        kind = np.array([0 if (p.file is None and metadata_first) else 1 for p in self.pieces],
-                        dtype=np.int64)
+        kind = np.array([fetch_kind(p, metadata_first) for p in self.pieces], dtype=np.int64)
         self.kind = kind
         self.order = np.lexsort((self.start, self.dev, kind)) if n else np.zeros(0, dtype=np.int64)
         self._item_sorted = self.item[self.order]

@@ -11,13 +11,17 @@ between random points of the device) and R_tr follow. Probes, all QD 1 through w
 On a 7200 rpm disk this takes ~10 s; the whole run is bounded well under 2 minutes.
 """
 
+import os
 import random
 import statistics
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .. import devices
+from ..db import profiles as profile_db
+from ..errors import WarmstartError
 from ..model import DiskProfile
-from .probe import device_size, run
+from .probe import device_path, device_size, run
 
 MiB = 1 << 20
 
@@ -36,7 +40,6 @@ def measure(path: str, samples: int = 5, seed: int = 1, progress: Optional[Calla
     t0 = time.monotonic()
     size = device_size(path)
     if size < 64 * MiB:
-        from ..errors import WarmstartError
         raise WarmstartError(f"{path} is only {size} bytes: profile-disk needs at least 64 MiB")
     rng = random.Random(seed)
     dists = _distances(size)
@@ -106,7 +109,6 @@ def measure_through_file(directory, size: int = 1 << 30, samples: int = 5) -> Tu
     """Profile the disk under `directory` through a file of real data written there, for a device
     that refuses O_DIRECT opens of its node (a VM's disk can, even for root). The file spans only
     part of the disk, so long seeks are under-sampled; it is removed afterwards."""
-    import os
     path = os.path.join(directory, f".warmstart-profile-{os.getpid()}")
     chunk = random.Random(7).randbytes(MiB)   # real data: unwritten extents read as zeros, with no I/O
     try:
@@ -147,7 +149,6 @@ def class_profile(rotational: bool, size: int) -> DiskProfile:
 
 def writable_dir_on(dev: int, candidates=("/var/tmp", "/tmp", "/var/cache", "/root")) -> Optional[str]:
     """A directory on the file system of device `dev` where a scratch file can be written."""
-    import os
     for d in candidates:
         try:
             if os.stat(d).st_dev == dev and os.access(d, os.W_OK):
@@ -161,7 +162,6 @@ def profile_without_node(dev: int, rotational: Optional[bool], size: int = 256 *
     """A profile of a device whose node cannot be read with O_DIRECT: timed through a scratch
     file on its file system if one can be written there, else the model of its class.
     Returns (profile, how it was obtained)."""
-    from ..errors import WarmstartError
     where = writable_dir_on(dev)
     if where is not None:
         try:
@@ -184,3 +184,45 @@ def mean_random_switch(profile_curve: Sequence[Tuple[float, float]], span: float
     st = np.array([t for _, t in profile_curve])
     t = np.interp(np.log(np.maximum(1.0, xs)), lsd, st)
     return float(np.sum(t * 2 * (span - xs) / span ** 2 * (span / 2000)))
+
+
+# -- the stored profile a schedule is modelled with ------------------------------------------
+
+def main_dev(conn, ranges: Iterable) -> int:
+    """The device a schedule is timed on: of the devices its ranges (or pieces) read, the most-read
+    one among those with a stored profile, else the most-read one (a chroot launch also reads the
+    host's root disk a little)."""
+    size: Dict[int, int] = {}
+    for r in ranges:
+        size[r.dev] = size.get(r.dev, 0) + r.nr_sectors
+    return profile_db.main_device(conn, size) if size else 0
+
+
+def stored_profile(conn, dev: int) -> Tuple[Optional[str], Optional[Tuple[int, DiskProfile]]]:
+    """(the device's node or None, (id, profile) of its newest stored profile or None): one of the
+    device's present size when the node can be opened (loop device numbers get reused), else any."""
+    path = None
+    try:
+        path = device_path(dev)
+        return path, profile_db.latest_profile(conn, dev, device_size(path))
+    except (WarmstartError, OSError):
+        return path, profile_db.latest_profile(conn, dev)
+
+
+def model_profile(conn, dev: int) -> Tuple[Optional[int], DiskProfile, str]:
+    """(profile id or None, profile, where it came from) to model a schedule on dev where nothing
+    is timed (import, relocation): the stored profile, else the model of the device's class, as
+    profile_without_node ends up with when it cannot time the device (no scratch file is written
+    to time it here: these are estimates, and `warmstart profile-disk` makes a real profile)."""
+    path, row = stored_profile(conn, dev)
+    if row is not None:
+        return row[0], row[1], f"profile {row[0]} of {path or dev}"
+    rot = devices.rotational(dev)
+    rot_known = rot is not None
+    rot = True if rot is None else rot
+    size = devices.size_bytes(dev)
+    name = path or f"device {os.major(dev)}:{os.minor(dev)}"
+    return None, class_profile(rot, size), (
+        f"no stored profile of {name}: the {'rotational' if rot else 'non-rotational'} class model"
+        + ("" if rot_known else " (class unknown)") + f"; run `warmstart profile-disk {path or '/dev/...'}` "
+        "for this disk's own timing")

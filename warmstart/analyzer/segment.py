@@ -67,12 +67,23 @@ class Cost:
 def launch_time(segs: Sequence[Seg], cost: Callable[[int, int], float], cpu_prefix: Sequence[float]) -> float:
     """T = max_j (sum_{i<=j} t_i + CPU of segments j..m); cpu_prefix[k] = CPU of p[0..k-1]."""
     total_cpu = cpu_prefix[-1]
+    return pipelined([cost(a, b) for a, b in segs], [total_cpu - cpu_prefix[a] for a, _ in segs])
+
+
+def pipelined(t_disk: Sequence[float], cpu_from: Sequence[float]) -> float:
+    """The launch-time formula: max_j (t_1 + ... + t_j + cpu_from[j]), where t_i is segment i's
+    fetch time and cpu_from[j] the app's CPU time from segment j to the end."""
     d = 0.0
     best = 0.0
-    for a, b in segs:
-        d += cost(a, b)
-        best = max(best, d + total_cpu - cpu_prefix[a])
+    for t, rest in zip(t_disk, cpu_from):
+        d += t
+        best = max(best, d + rest)
     return best
+
+
+def segments_launch_time(t_disk: Sequence[float], cpu: Sequence[float]) -> float:
+    """T of stored segments: their fetch times t_i and each one's CPU time."""
+    return pipelined(t_disk, [sum(cpu[j:]) for j in range(len(cpu))])
 
 
 def _prefix(cpu: Sequence[float]) -> List[float]:

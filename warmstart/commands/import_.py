@@ -23,7 +23,7 @@ def _prefix(ctx, param, values):
 def _text(r, dry_run) -> str:
     what = "would store" if dry_run else f"stored schedule #{r.schedule_id} as the active one of"
     lines = [f"{what} {r.app}{' (new app)' if r.created_app else ''}: {r.files} files, {r.ranges} ranges, "
-             f"{r.bytes / 1e6:.1f} MB in {r.segments} segments, t_exp {r.t_exp_s:.3f} s (modelled here)",
+             f"{r.bytes / 1e6:.1f} MB in {r.segments} segments, t_exp {r.t_exp_s:.3f} s ({r.cost_model})",
              f"  metadata: {r.metadata_ranges} ranges ({r.metadata_bytes / 1e3:.0f} kB) derived from the local file system; "
              f"{r.dropped_device_ranges} device ranges of the export not used"]
     if r.metadata_note:

@@ -46,7 +46,8 @@ def _text(r) -> str:
     for name in r.apps:
         b, a = r.model_before[name], r.model_after[name]
         lines.append(f"{name}: modelled launch {b['launch_s']:.3f} s -> {a['launch_s']:.3f} s, "
-                     f"fetch {b['fetch_s']:.3f} s -> {a['fetch_s']:.3f} s, seeks {b['seeks']} -> {a['seeks']}")
+                     f"fetch {b['fetch_s']:.3f} s -> {a['fetch_s']:.3f} s, seeks {b['seeks']} -> {a['seeks']} "
+                     f"({r.cost_model.get(name)})")
     for x in r.refused:
         lines.append(f"refused {x['path']}: {x['reason']}")
     lines += [f"warning: {w}" for w in r.warnings]

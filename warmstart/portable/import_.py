@@ -6,8 +6,10 @@ refused (its ranges are left out) and counted. Each accepted range is placed wit
 FIEMAP now (split where the file is not contiguous), the metadata blocks of the accepted files
 are re-derived from the local ext4 (analyzer/ext4meta.py) and put first in the segment that first reads
 the file, and each segment is sorted like the analyzer's: metadata sweep, then data sweep, each
-by (device, LBA). Segment boundaries and CPU times are the exporter's; t_i and t_exp are
-re-modelled for the local layout (relocate/model.py, the 7200 rpm model).
+by (device, LBA) (analyzer/ordering.fetch_order). Segments are re-searched with this disk
+timing them (O_DIRECT); where it cannot, the exporter's boundaries are kept and t_i and t_exp
+are modelled for the local layout with the disk's stored profile (analyzer/access.schedule_cost;
+without one, the model of its class).
 """
 
 import os
@@ -16,8 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..fiemap import fiemap_fd, mappable
+from ..fiemap import mapped_extents_fd, place
 from ..devices import disk_of
+from ..analyzer.access import remodel
+from ..analyzer.ordering import fetch_order
 from ..analyzer.probe import device_path, run as probe_run
 from ..analyzer.segment import Cost, optimise
 from ..db.connection import transaction
@@ -25,7 +29,6 @@ from ..db.recordings import delete_app, get_app, upsert_app
 from ..db.schedules import save_schedule
 from ..model import Extent, Range, Schedule, ScheduledFile, Segment
 from ..errors import WarmstartError
-from ..relocate import model
 from ..analyzer.ext4meta import MetadataFinder
 from .format import Portable, content_hash, decode
 
@@ -49,6 +52,7 @@ class ImportResult:
     t_exp_s: float = 0.0
     metadata_note: Optional[str] = None
     resegmented: Optional[str] = None   # how the segmentation was redone here, or why not
+    cost_model: Optional[str] = None    # what t_i and t_exp were timed or modelled with
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -87,7 +91,7 @@ def _check_file(path: bytes, size: int, digest: bytes, spans) -> Tuple[Optional[
         except OSError as e:
             return None, f"cannot read ({e.strerror or e})"
         try:
-            exts = [e for e in fiemap_fd(fd) if mappable(e)]
+            exts = mapped_extents_fd(fd)
         except OSError as e:
             return None, f"no FIEMAP ({e.strerror}): its blocks cannot be placed"
         sf = ScheduledFile(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -96,24 +100,11 @@ def _check_file(path: bytes, size: int, digest: bytes, spans) -> Tuple[Optional[
         os.close(fd)
 
 
-def place(sf: ScheduledFile, exts: List[Extent], offset: int, length: int) -> List[Range]:
+def place_range(sf: ScheduledFile, exts: List[Extent], offset: int, length: int) -> List[Range]:
     """The range [offset, offset+length) of sf as ranges on the whole disk, one per physical run."""
     disk, start = disk_of(sf.dev)
-    out: List[Range] = []
-    lo, hi = offset, offset + length
-    for e in exts:
-        a, b = max(lo, e.logical), min(hi, e.logical + e.length)
-        if a >= b:
-            continue
-        phys = e.physical + (a - e.logical)
-        sector, end = start + phys // 512, start + -(-(phys + b - a) // 512)
-        prev = out[-1] if out else None
-        if prev and prev.sector + prev.nr_sectors == sector and prev.file_offset + prev.length == a \
-                and prev.length == prev.nr_sectors * 512:
-            out[-1] = Range(disk, prev.sector, end - prev.sector, prev.length + b - a, sf, prev.file_offset)
-        else:
-            out.append(Range(disk, sector, end - sector, b - a, sf, a))
-    return out
+    return [Range(disk, run.sector, run.nr_sectors, run.length, sf, run.file_offset)
+            for run in place(exts, offset, length, start)]
 
 
 def import_schedule(conn, data: bytes, *, name: Optional[str] = None,
@@ -122,13 +113,31 @@ def import_schedule(conn, data: bytes, *, name: Optional[str] = None,
     """Re-map the export `data` to this machine and store it as the app's active schedule."""
     p: Portable = decode(data, source)
     app_name = name or p.app_name
+    res = ImportResult(app_name, None, False, 0, 0,
+                       dropped_device_ranges=sum(s.dropped_device_ranges for s in p.segments))
+    local = _local_files(p, prefix_map, res)                                   # 1
+    segments = _placed_segments(p, local, metadata, res)                       # 2
+    segments, res.resegmented, t_model = _resegment(segments)                  # 3
+    sched = _schedule(p, app_name, segments, local, prefix_map, res)
+    if t_model is None:                                                        # 4
+        res.cost_model = remodel(conn, sched)
+    else:
+        sched.t_exp_s, res.cost_model = t_model, "timed on this disk (O_DIRECT)"
+    sched.params["imported"].update(resegmented=res.resegmented, cost_model=res.cost_model)
+    res.segments, res.t_exp_s = len(segments), sched.t_exp_s
+    if save:
+        res.schedule_id, res.created_app = _store(conn, sched, p, prefix_map, activate)
+    return res
+
+
+def _local_files(p: Portable, prefix_map, res: ImportResult) -> Dict[int, tuple]:
+    """Step 1: export file number -> (ScheduledFile, extents, stat) of each local file that
+    matches; the others are refused (in res). Raises if none matches."""
     spans: Dict[int, List[tuple]] = {}
     for s in p.segments:
         for r in s.ranges:
             spans.setdefault(r.file_no, []).append((r.offset, r.length))
     local: Dict[int, tuple] = {}
-    res = ImportResult(app_name, None, False, 0, 0,
-                       dropped_device_ranges=sum(s.dropped_device_ranges for s in p.segments))
     for i, f in enumerate(p.files):
         path = map_path(f.path, prefix_map)
         ok, why = _check_file(path, f.size, f.sha256, spans.get(i, []))
@@ -141,7 +150,13 @@ def import_schedule(conn, data: bytes, *, name: Optional[str] = None,
         raise WarmstartError(f"none of the {len(p.files)} files of the export matches this machine "
                              f"(first: {next(iter(res.refused.items()), ('', ''))}); "
                              f"use --map-prefix OLD=NEW if they live elsewhere here")
+    return local
 
+
+def _placed_segments(p: Portable, local: Dict[int, tuple], metadata: bool, res: ImportResult) -> List[Segment]:
+    """Step 2: the exporter's segments with each accepted range placed on this disk and the files'
+    metadata blocks re-derived here, in fetch order. A segment left empty gives its CPU time to
+    its neighbour."""
     finder = MetadataFinder() if metadata else None
     if finder is not None:
         os.sync()   # the inodes' extent roots are read from the device
@@ -158,9 +173,9 @@ def import_schedule(conn, data: bytes, *, name: Optional[str] = None,
                 sf, exts, st = local[r.file_no]
                 if finder is not None:
                     meta_runs += finder.for_file(sf.path, st)
-                data += place(sf, exts, r.offset, r.length)
+                data += place_range(sf, exts, r.offset, r.length)
             meta = _coalesce(meta_runs)
-            ranges = sorted(meta, key=lambda x: (x.dev, x.sector)) + sorted(data, key=lambda x: (x.dev, x.sector))
+            ranges = fetch_order(meta + data)
             if not ranges:   # nothing left here: its CPU time belongs to its neighbour
                 if segments:
                     segments[-1].cpu_s += s.cpu_s
@@ -183,37 +198,24 @@ def import_schedule(conn, data: bytes, *, name: Optional[str] = None,
                 res.metadata_note = "no metadata derived for " + "; ".join(f"{d}: {w}" for d, w in finder.reasons.items())
     if not metadata:
         res.metadata_note = "metadata not derived (--no-metadata)"
+    return segments
 
-    segments, res.resegmented, t_model = _resegment(segments)
+
+def _schedule(p: Portable, app_name: str, segments: List[Segment], local: Dict[int, tuple], prefix_map,
+              res: ImportResult) -> Schedule:
+    """The imported schedule (t_exp not yet set), with where it came from in params["imported"]."""
     files = [local[i][0] for i in sorted(local)]
-    sched = Schedule(None, app_name, p.meta.get("algorithm", "imported"), "imported", 0.0,
-                     sum(s.bytes for s in segments), 0, [], segments, files,
-                     {k: list(local[i][1]) for k, i in enumerate(sorted(local))},
-                     params={"imported": {"from": p.meta.get("source"), "app": p.app_name,
-                                          "t_exp_s_source": p.meta.get("t_exp_s"),
-                                          "prefix_map": [[os.fsdecode(a), os.fsdecode(b)] for a, b in prefix_map],
-                                          "refused_files": res.refused_files, "refused": res.refused,
-                                          "dropped_device_ranges": res.dropped_device_ranges,
-                                          "metadata_ranges": res.metadata_ranges,
-                                          "metadata_note": res.metadata_note,
-                                          "imported_at": time.time()}})
-    if t_model is None:
-        _remodel(sched)
-    else:
-        sched.t_exp_s = t_model
-    sched.params["imported"]["resegmented"] = res.resegmented
-    res.segments, res.t_exp_s = len(segments), sched.t_exp_s
-    if save:
-        res.schedule_id, res.created_app = _store(conn, sched, p, prefix_map, activate)
-    return res
-
-
-def _fetch_order(ranges: List[Range]) -> List[Range]:
-    """The analyzer's order inside a segment: metadata sweep, then data sweep, each by LBA."""
-    meta = sorted({(r.dev, r.sector): r for r in ranges if r.file is None}.values(),
-                  key=lambda r: (r.dev, r.sector))
-    data = sorted((r for r in ranges if r.file is not None), key=lambda r: (r.dev, r.sector))
-    return meta + data
+    return Schedule(None, app_name, p.meta.get("algorithm", "imported"), "imported", 0.0,
+                    sum(s.bytes for s in segments), 0, [], segments, files,
+                    {k: list(local[i][1]) for k, i in enumerate(sorted(local))},
+                    params={"imported": {"from": p.meta.get("source"), "app": p.app_name,
+                                         "t_exp_s_source": p.meta.get("t_exp_s"),
+                                         "prefix_map": [[os.fsdecode(a), os.fsdecode(b)] for a, b in prefix_map],
+                                         "refused_files": res.refused_files, "refused": res.refused,
+                                         "dropped_device_ranges": res.dropped_device_ranges,
+                                         "metadata_ranges": res.metadata_ranges,
+                                         "metadata_note": res.metadata_note,
+                                         "imported_at": time.time()}})
 
 
 class _LocalDiskCost(Cost):
@@ -226,7 +228,7 @@ class _LocalDiskCost(Cost):
     def measure(self, a: int, b: int) -> float:
         if self.failed:
             return 0.0
-        ranges = _fetch_order([r for u in self.units[a:b + 1] for r in u.ranges])
+        ranges = fetch_order([r for u in self.units[a:b + 1] for r in u.ranges])
         total = 0.0
         for dev in sorted({r.dev for r in ranges}):
             try:
@@ -254,7 +256,7 @@ def _resegment(units: List[Segment]) -> Tuple[List[Segment], str, Optional[float
     out = []
     for k, (a, b) in enumerate(found.segments, start=1):
         group = units[a:b + 1]
-        ranges = _fetch_order([r for u in group for r in u.ranges])
+        ranges = fetch_order([r for u in group for r in u.ranges])
         out.append(Segment(k, group[0].first_p, group[-1].last_p, cost(a, b), sum(u.cpu_s for u in group),
                            sum(r.length for r in ranges), ranges))
     return out, f"{len(units)} exported segments -> {len(out)} timed on this disk", found.t_model
@@ -270,15 +272,6 @@ def _coalesce(runs) -> List[Range]:
         else:
             out.append(Range(dev, sector, n, n * 512))
     return out
-
-
-def _remodel(sched: Schedule) -> None:
-    devs = {r.dev for s in sched.segments for r in s.ranges}
-    stroke = max((model.device_sectors(d) for d in devs), default=0)
-    cost = model.schedule_cost(sched, lambda r: [(r.sector, r.nr_sectors)], stroke)
-    for seg, c in zip(sched.segments, cost.per_segment):
-        seg.t_disk_s = c.seconds
-    sched.t_exp_s = cost.launch_s
 
 
 def _store(conn, sched: Schedule, p: Portable, prefix_map, activate: bool) -> Tuple[int, bool]:

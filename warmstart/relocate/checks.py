@@ -15,8 +15,7 @@ import struct
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..errors import WarmstartError
-from ..fiemap import FIEMAP_EXTENT_DATA_INLINE
-from .extents import fiemap
+from ..fiemap import FIEMAP_EXTENT_DATA_INLINE, fiemap_fd
 from ..mountinfo import unescape
 
 FS_IOC_GETFLAGS = (2 << 30) | (8 << 16) | (ord("f") << 8) | 1   # _IOR('f', 1, long)
@@ -119,7 +118,7 @@ def refusal(path: bytes, target_dev: int, expect: Optional[Tuple[int, int, int]]
                 return why
         if not flags & EXT4_EXTENTS_FL:
             return "uses ext3-style block maps, not extents: `chattr +e` it (or e4defrag) first"
-        extents = fiemap(fd)
+        extents = fiemap_fd(fd)
         if any(e.flags & FIEMAP_EXTENT_DATA_INLINE for e in extents):
             return "stored inline in its inode: there are no blocks to move"
         covered = sum(e.length for e in extents if e.logical < st.st_size)

@@ -14,7 +14,8 @@ import os
 from typing import List, Optional
 
 from ..errors import WarmstartError
-from .extents import PhysExtent, discontinuities, fiemap
+from ..fiemap import fiemap_fd
+from ..model import Extent
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
@@ -26,7 +27,7 @@ SLACK_BYTES = 4 << 20
 
 
 class Donor:
-    def __init__(self, fd: int, nbytes: int, extents: List[PhysExtent]):
+    def __init__(self, fd: int, nbytes: int, extents: List[Extent]):
         self.fd = fd
         self.nbytes = nbytes
         self.extents = extents
@@ -57,6 +58,12 @@ class Donor:
                 "extents": len(self.extents), "discontinuities": self.discontinuities}
 
 
+def discontinuities(extents: List[Extent]) -> int:
+    """How many times the next logical extent does not start where the previous one ended on disk
+    (ext4 splits long runs into several extents; only the jumps cost a seek)."""
+    return sum(1 for a, b in zip(extents, extents[1:]) if b.physical != a.physical_end)
+
+
 def _open_unlinked(directory: bytes) -> int:
     try:
         return os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
@@ -75,7 +82,7 @@ def _allocate_one(directory: bytes, nbytes: int) -> Donor:
         if _libc.fallocate(fd, 0, 0, nbytes) != 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
-        return Donor(fd, nbytes, fiemap(fd))
+        return Donor(fd, nbytes, fiemap_fd(fd))
     except BaseException:
         os.close(fd)
         raise

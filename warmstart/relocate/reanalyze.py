@@ -1,8 +1,9 @@
 """After a move the schedules' LBAs are wrong: give every affected app a schedule with the new ones.
 
-Step 1 (always, here): remap. Each file range is looked up in the file's FIEMAP as it is now,
-split where the file is no longer contiguous, and each segment re-sorted by LBA; segments,
-metadata ranges and CPU times are kept, t_disk_s and t_exp_s are re-modelled. The result is saved
+Step 1 (always, here): remap. Each file range is placed where the file's bytes are now
+(fiemap.Placement), split where the file is no longer contiguous, and each segment put in fetch
+order again; segments, metadata ranges and CPU times are kept, t_disk_s and t_exp_s are
+re-modelled on the device's stored profile (analyzer/access.remodel). The result is saved
 as the app's new active schedule (params.remapped_from = the old id), so `run` and `bench` fetch
 in the new order at once.
 
@@ -14,60 +15,19 @@ O_DIRECT probes, ...), the remapped schedule stays active and the report says wh
 """
 
 import dataclasses
-import os
-from typing import Dict, List, Optional, Tuple
+from typing import List
 
+from ..analyzer.access import remodel
+from ..analyzer.ordering import fetch_order
 from ..db.recordings import recorded_extents_complete
 from ..db.schedules import activate_schedule, load_active_schedule, save_schedule
-from ..model import Extent, Range, Schedule, ScheduledFile
-from . import model
-from .extents import fiemap
-
-class FileMap:
-    """Current FIEMAP of files by path, read once per path."""
-
-    def __init__(self):
-        self._cache: Dict[bytes, Tuple[Optional[os.stat_result], list]] = {}
-
-    def get(self, path: bytes):
-        if path not in self._cache:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                self._cache[path] = (None, [])
-            else:
-                try:
-                    self._cache[path] = (os.fstat(fd), fiemap(fd))
-                finally:
-                    os.close(fd)
-        return self._cache[path]
-
-    def locate(self, r: Range) -> List[Tuple[int, int]]:
-        """(sector, nr_sectors) runs on r.dev holding range r now; the old place if unknown."""
-        if r.file is None or r.file_offset is None:
-            return [(r.sector, r.nr_sectors)]
-        st, extents = self.get(r.file.path)
-        if st is None or st.st_ino != r.file.ino:
-            return [(r.sector, r.nr_sectors)]
-        base = 0 if st.st_dev == r.dev else model.partition_start(st.st_dev)
-        runs, lo, hi = [], r.file_offset, r.file_offset + r.length
-        for e in extents:
-            a, b = max(lo, e.logical), min(hi, e.logical + e.length)
-            if a >= b:
-                continue
-            phys = e.physical + (a - e.logical)
-            start = base + phys // 512
-            end = base + -(-(phys + b - a) // 512)
-            if runs and runs[-1][0] + runs[-1][1] == start:
-                runs[-1] = (runs[-1][0], end - runs[-1][0])
-            else:
-                runs.append((start, end - start))
-        return runs or [(r.sector, r.nr_sectors)]
+from ..fiemap import Placement
+from ..model import Schedule, ScheduledFile
 
 
-def remap_schedule(sched: Schedule, files: FileMap) -> Schedule:
-    """A copy of sched with every file range at its current place, segments re-sorted by LBA."""
-    stroke = 0
+def remap_schedule(conn, sched: Schedule, files: Placement) -> Schedule:
+    """A copy of sched with every file range at its current place (split where the file is no
+    longer contiguous), segments in fetch order, t_i and t_exp re-modelled."""
     new_files, by_old = [], {}
     for f in sched.files:
         st, _ = files.get(f.path)
@@ -79,45 +39,31 @@ def remap_schedule(sched: Schedule, files: FileMap) -> Schedule:
     for seg in sched.segments:
         ranges = []
         for r in seg.ranges:
-            stroke = stroke or model.device_sectors(r.dev)
             runs = files.locate(r)
-            if r.file is None or len(runs) == 1 and runs[0] == (r.sector, r.nr_sectors):
+            if runs is None:   # a device range, or a file that is gone: where it was
                 ranges.append(dataclasses.replace(r, file=by_old.get(r.file)))
                 continue
-            offset = r.file_offset
-            left = r.length
-            for sector, n in runs:
-                length = min(left, n * 512)
-                # replace() keeps any other fields a Range has (e.g. its position in the launch).
-                ranges.append(dataclasses.replace(r, sector=sector, nr_sectors=n, length=length,
-                                                  file=by_old[r.file], file_offset=offset))
-                offset += length
-                left -= length
-        ranges.sort(key=lambda x: (x.sector, x.nr_sectors))
-        segments.append(dataclasses.replace(seg, ranges=ranges))
-    extents = {}
-    for i, f in enumerate(new_files):
-        _, exts = files.get(f.path)
-        extents[i] = [Extent(e.logical, e.physical, e.length, e.flags) for e in exts]
+            # replace() keeps any other fields a Range has (e.g. its position in the launch).
+            ranges += [dataclasses.replace(r, sector=run.sector, nr_sectors=run.nr_sectors, length=run.length,
+                                           file=by_old[r.file], file_offset=run.file_offset) for run in runs]
+        segments.append(dataclasses.replace(seg, ranges=fetch_order(ranges, sched.params.get("metadata_first", True))))
+    extents = {i: files.get(f.path)[1] for i, f in enumerate(new_files)}
     new = dataclasses.replace(sched, id=None, files=new_files, segments=segments, extents=extents,
                               created_at=0.0, stale=False,
                               params=dict(sched.params, remapped_from=sched.id))
-    cost = model.schedule_cost(new, lambda r: [(r.sector, r.nr_sectors)], stroke)
-    for seg, c in zip(new.segments, cost.per_segment):
-        seg.t_disk_s = c.seconds
-    new.t_exp_s = cost.launch_s
+    new.params["cost_model"] = remodel(conn, new)
     return new
 
 
 def reanalyze(conn, app_names) -> List[dict]:
     """Remap (and, if the analyzer provides it, re-segment) the active schedule of each app."""
-    files = FileMap()
+    files = Placement()
     out = []
     for name in app_names:
         old = load_active_schedule(conn, name)
         if old is None:
             continue
-        new = remap_schedule(old, files)
+        new = remap_schedule(conn, old, files)
         sid = save_schedule(conn, new)
         entry = {"app": name, "old_schedule": old.id, "remapped_schedule": sid,
                  "analyzer": _run_analyzer(conn, name, old)}

@@ -17,10 +17,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from ..db.schedules import active_schedule_ids, insert_relocation, load_active_schedule, load_schedule
 from ..model import Schedule
 from ..errors import WarmstartError
-from . import checks, donor as donors, model, planner
-from .extents import fiemap
+from ..analyzer.access import schedule_cost, schedule_profile
+from ..fiemap import Placement, fiemap_fd
+from . import checks, donor as donors, planner
 from .moveext import MoveError, move_extent
-from .reanalyze import FileMap, reanalyze
+from .reanalyze import reanalyze
 
 # Leave this much free space beyond the region (ext4 needs room for metadata and other writers).
 RESERVE_FRACTION = 0.02
@@ -43,7 +44,8 @@ class Report:
     moved_bytes: int = 0
     refused: List[dict] = field(default_factory=list)   # {"path", "reason"}
     warnings: List[str] = field(default_factory=list)
-    model_before: Dict[str, dict] = field(default_factory=dict)
+    model_before: Dict[str, dict] = field(default_factory=dict)   # analyzer/access.schedule_cost
+    cost_model: Dict[str, str] = field(default_factory=dict)     # app -> the profile it is modelled with
     model_after: Dict[str, dict] = field(default_factory=dict)
     extents_before: int = 0
     extents_after: int = 0
@@ -96,14 +98,13 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
     all_active = _all_active(conn)
     layout = _fitting_layout(targets, all_active, movable, block, page_blocks, granularity, vfs, report)
 
-    # 3. The model, before and (predicted) after.
-    stroke = model.device_sectors(dev)
-    files = FileMap()
-    guess_start = _median_sector(targets.values())
-    predicted = _predicted_locator(layout, files, guess_start)
+    # 3. The model, before and (predicted) after, on each schedule's device profile.
+    profiles = {name: schedule_profile(conn, s)[1:] for name, s in targets.items()}
+    predicted = _predicted_locator(layout, _median_sector(targets.values()))
     for name, s in targets.items():
-        report.model_before[name] = model.schedule_cost(s, lambda r: [(r.sector, r.nr_sectors)], stroke).as_dict()
-        report.model_after[name] = model.schedule_cost(s, predicted, stroke).as_dict()
+        prof, report.cost_model[name] = profiles[name]
+        report.model_before[name] = schedule_cost(s, prof).as_dict()
+        report.model_after[name] = schedule_cost(s, prof, predicted).as_dict()
     if dry_run or not layout.pieces:
         report.moved_files = len({p.path for p in layout.pieces}) if dry_run else 0
         report.moved_bytes = layout.region_bytes if dry_run else 0
@@ -138,8 +139,10 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
         d.close()   # frees the files' old blocks, now owned by the donor
     report.moved_files = len(moved_paths)
     report.extents_after = _extent_count(moved_paths)
+    placement = Placement()
     for name, s in targets.items():
-        report.model_after[name] = model.schedule_cost(s, FileMap().locate, stroke).as_dict()
+        report.model_after[name] = schedule_cost(s, profiles[name][0],
+                                                 lambda r: placement.locate(r) or [(r.sector, r.nr_sectors)]).as_dict()
 
     say(f"moved {report.moved_files} files; re-analyzing the schedules that read them")
 
@@ -251,7 +254,7 @@ def _extent_count(paths) -> int:
         except OSError:
             continue
         try:
-            n += len(fiemap(fd))
+            n += len(fiemap_fd(fd))
         finally:
             os.close(fd)
     return n
@@ -262,7 +265,7 @@ def _median_sector(schedules) -> int:
     return sectors[len(sectors) // 2] if sectors else 0
 
 
-def _predicted_locator(layout: planner.Layout, files: FileMap, region_sector: int):
+def _predicted_locator(layout: planner.Layout, region_sector: int):
     """locate(range) as if the layout were in place at region_sector (for the dry-run model)."""
     by_path: Dict[bytes, List[planner.Piece]] = {}
     for p in layout.pieces:
