@@ -110,31 +110,15 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
         report.moved_bytes = layout.region_bytes if dry_run else 0
         return report
 
-    # 4. Move. SIGINT/SIGTERM only stop us between two moves.
+    # 4. Move.
     say(f"allocating a {layout.region_bytes >> 20} MiB region on {report.mountpoint}")
     d = donors.allocate(mnt, layout.region_bytes, report.free_bytes)
     report.region = d.describe()
     if not d.contiguous():
         report.warnings.append(f"the free space is fragmented: the region has {d.discontinuities} "
                                f"jumps over {d.span >> 20} MiB; launches improve less")
-    moved_paths = set()
-    stop = _StopFlag()
     try:
-        with stop:
-            for i, p in enumerate(layout.pieces):
-                if stop.requested:
-                    report.interrupted = True
-                    report.warnings.append(f"interrupted after {i} of {len(layout.pieces)} pieces; "
-                                           "every file is intact, run relocate again to finish")
-                    break
-                why = _move_piece(p, d.fd, stats[p.path])
-                if why:
-                    report.refused.append({"path": os.fsdecode(p.path), "reason": why})
-                    continue
-                moved_paths.add(p.path)
-                report.moved_bytes += p.nblocks * block
-                if i % 50 == 0:
-                    say(f"moving: {i + 1}/{len(layout.pieces)} pieces done")
+        moved_paths = _move_pieces(layout, d.fd, stats, block, report, say)
     finally:
         d.close()   # frees the files' old blocks, now owned by the donor
     report.moved_files = len(moved_paths)
@@ -153,6 +137,29 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
                                              layout.region_bytes, report.moved_files, report.moved_bytes,
                                              report.to_json())
     return report
+
+
+def _move_pieces(layout, donor_fd: int, stats, block: int, report: Report, say) -> set:
+    """Move the layout's pieces into the donor's region, in order; SIGINT/SIGTERM only stop
+    between two moves. Returns the paths moved; refusals and an interruption go to report."""
+    moved_paths = set()
+    stop = _StopFlag()
+    with stop:
+        for i, p in enumerate(layout.pieces):
+            if stop.requested:
+                report.interrupted = True
+                report.warnings.append(f"interrupted after {i} of {len(layout.pieces)} pieces; "
+                                       "every file is intact, run relocate again to finish")
+                break
+            why = _move_piece(p, donor_fd, stats[p.path])
+            if why:
+                report.refused.append({"path": os.fsdecode(p.path), "reason": why})
+                continue
+            moved_paths.add(p.path)
+            report.moved_bytes += p.nblocks * block
+            if i % 50 == 0:
+                say(f"moving: {i + 1}/{len(layout.pieces)} pieces done")
+    return moved_paths
 
 
 def _movable_files(targets: Dict[str, Schedule], report: Report):
