@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,20 +85,34 @@ static void close_notify(int fd)
 		close(fd);   /* EOF tells the waiter to start the app without us */
 }
 
-int main(int argc, char **argv)
+/* Everything the command line says; ri carries the names into the report. */
+struct cli {
+	struct replay_opts o;
+	struct run_info ri;
+	const char *schedule, *stats_path;
+	int stats_fd;
+	long uid, gid;
+	pid_t app_pid;
+	unsigned judge_wait_s;
+};
+
+__attribute__((format(printf, 2, 3)))
+static int usage_error(const struct cli *c, const char *fmt, ...)
 {
-	struct replay_stats st = { .start_mono_ns = mono_ns() };
-	struct replay_opts o = { .mode = MODE_SEGMENTED, .notify_fd = -1, .reserve_bytes = 128ull << 20, .psi_limit = 10.0, .wait_resident = true };
-	struct run_info ri = { .status = "ok", .mode = "segmented", .engine = "readahead", .ioprio = "be" };
-	struct wsr_schedule s = { 0 };
-	struct engine e = { 0 };
-	const char *stats_path = NULL;
-	int stats_fd = -1, rc, ex = 0;
-	long uid = -1, gid = -1;
-	pid_t app_pid = 0;
-	unsigned judge_wait_s = 0;
-	int exit_fd = -1;
-	struct exit_check xc;
+	va_list ap;
+	fputs("warmstart-replay: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n%s", usage);
+	close_notify(c->o.notify_fd);
+	return EXIT_USAGE;
+}
+
+/* Fills *c from argv. Returns -1 to go on, or the exit code (help, or a usage error: a bad
+ * option fails fast, before anything runs). */
+static int parse_options(int argc, char **argv, struct cli *c)
+{
 	static const struct option opts[] = {
 		{ "mode", required_argument, 0, 'm' }, { "engine", required_argument, 0, 'e' },
 		{ "depth", required_argument, 0, 'd' }, { "notify-fd", required_argument, 0, 'n' },
@@ -111,123 +126,143 @@ int main(int argc, char **argv)
 	for (int ch; (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
 		switch (ch) {
 		case 'm':
-			ri.mode = optarg;
+			c->ri.mode = optarg;
 			if (!strcmp(optarg, "segmented"))
-				o.mode = MODE_SEGMENTED;
+				c->o.mode = MODE_SEGMENTED;
 			else if (!strcmp(optarg, "reorder"))
-				o.mode = MODE_REORDER;
+				c->o.mode = MODE_REORDER;
 			else if (!strcmp(optarg, "interleave"))
-				o.mode = MODE_INTERLEAVE;
+				c->o.mode = MODE_INTERLEAVE;
 			else {
 				fprintf(stderr, "warmstart-replay: unknown mode '%s'\n%s", optarg, usage);
 				return EXIT_USAGE;
 			}
 			break;
-		case 'e': ri.engine = optarg; break;
-		case 'd': ri.depth = (unsigned)num(optarg, 1, 256); break;
-		case 'n': o.notify_fd = (int)num(optarg, 0, 1 << 20); break;
-		case 'S': stats_fd = (int)num(optarg, 0, 1 << 20); break;
-		case 's': stats_path = optarg; break;
-		case 'J': judge_wait_s = (unsigned)num(optarg, 1, 86400); break;
-		case 'p': app_pid = (pid_t)num(optarg, 1, 1 << 30); break;
-		case 'r': o.reserve_bytes = (uint64_t)num(optarg, 0, 1l << 30) << 20; break;
-		case 'P': o.psi_limit = (double)num(optarg, 0, 100); break;
-		case 'i': ri.ioprio = optarg; break;
-		case 'u': uid = num(optarg, 0, 1l << 31); break;
-		case 'g': gid = num(optarg, 0, 1l << 31); break;
-		case 'W': o.wait_resident = false; break;
+		case 'e': c->ri.engine = optarg; break;
+		case 'd': c->ri.depth = (unsigned)num(optarg, 1, 256); break;
+		case 'n': c->o.notify_fd = (int)num(optarg, 0, 1 << 20); break;
+		case 'S': c->stats_fd = (int)num(optarg, 0, 1 << 20); break;
+		case 's': c->stats_path = optarg; break;
+		case 'J': c->judge_wait_s = (unsigned)num(optarg, 1, 86400); break;
+		case 'p': c->app_pid = (pid_t)num(optarg, 1, 1 << 30); break;
+		case 'r': c->o.reserve_bytes = (uint64_t)num(optarg, 0, 1l << 30) << 20; break;
+		case 'P': c->o.psi_limit = (double)num(optarg, 0, 100); break;
+		case 'i': c->ri.ioprio = optarg; break;
+		case 'u': c->uid = num(optarg, 0, 1l << 31); break;
+		case 'g': c->gid = num(optarg, 0, 1l << 31); break;
+		case 'W': c->o.wait_resident = false; break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: fputs(usage, stderr); return EXIT_USAGE;
 		}
 	}
 	if (optind != argc - 1) {
 		fputs(usage, stderr);
-		close_notify(o.notify_fd);
+		close_notify(c->o.notify_fd);
 		return EXIT_USAGE;
 	}
-	/* A bad option fails fast, before anything runs. */
-	if (strcmp(ri.engine, "readahead") && strcmp(ri.engine, "fadvise") &&
-	    strcmp(ri.engine, "pread") && strcmp(ri.engine, "uring")) {
-		fprintf(stderr, "warmstart-replay: unknown engine '%s'\n%s", ri.engine, usage);
-		close_notify(o.notify_fd);
-		return EXIT_USAGE;
-	}
-	if (!app_pid != !judge_wait_s) {
-		fprintf(stderr, "warmstart-replay: --pid and --judge-at-exit go together\n%s", usage);
-		close_notify(o.notify_fd);
-		return EXIT_USAGE;
-	}
-	/* the app's pidfd now, while its exec is held: its pid cannot be reused before we wait */
-	if (judge_wait_s)
-		exit_fd = exit_check_open(app_pid);
-	if (stats_path) {
-		stats_fd = open(stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		if (stats_fd < 0)
-			fprintf(stderr, "warmstart-replay: cannot write stats to %s: %s\n", stats_path, strerror(errno));
-	}
-	FILE *sf = stats_fd >= 0 ? fdopen(stats_fd, "w") : NULL;
+	c->schedule = argv[optind];
+	if (strcmp(c->ri.engine, "readahead") && strcmp(c->ri.engine, "fadvise") &&
+	    strcmp(c->ri.engine, "pread") && strcmp(c->ri.engine, "uring"))
+		return usage_error(c, "unknown engine '%s'", c->ri.engine);
+	if (!c->app_pid != !c->judge_wait_s)
+		return usage_error(c, "--pid and --judge-at-exit go together");
+	return -1;
+}
 
+/* The report's stream (--stats FILE or --stats-fd FD), or NULL: a report we cannot write does
+ * not stop the prefetch. */
+static FILE *open_stats(struct cli *c)
+{
+	if (c->stats_path) {
+		c->stats_fd = open(c->stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (c->stats_fd < 0)
+			fprintf(stderr, "warmstart-replay: cannot write stats to %s: %s\n",
+				c->stats_path, strerror(errno));
+	}
+	return c->stats_fd >= 0 ? fdopen(c->stats_fd, "w") : NULL;
+}
+
+/* A failure before the fetch: say so, let the app start unprefetched, report it as `status`.
+ * msg must outlive the report. */
+static int fail(struct cli *c, const char *status, const char *msg, int ex)
+{
+	fprintf(stderr, "warmstart-replay: %s\n", msg);
+	close_notify(c->o.notify_fd);
+	c->ri.status = status;
+	c->ri.error = msg;
+	return ex;
+}
+
+/* Load the schedule, drop privileges, set the I/O class, set up the engine. Returns 0, or the
+ * exit code (EXIT_USAGE for a bad --ioprio: nothing to report then). */
+static int prepare(struct cli *c, struct wsr_schedule *s, struct engine *e)
+{
+	static char msg[512];
 	const char *why = NULL;
-	rc = wsr_load(argv[optind], &s, &why);
+	int rc = wsr_load(c->schedule, s, &why);
 	if (rc) {
-		static char msg[512];
 		snprintf(msg, sizeof(msg), "schedule %s refused: %s; the app starts without prefetch "
-			 "(re-run `warmstart analyze` to rebuild it)", argv[optind], why ? why : strerror(-rc));
-		fprintf(stderr, "warmstart-replay: %s\n", msg);
-		close_notify(o.notify_fd);
-		ri.status = "refused";
-		ri.error = msg;
-		ex = EXIT_REFUSED;
-		goto report;
+			 "(re-run `warmstart analyze` to rebuild it)", c->schedule, why ? why : strerror(-rc));
+		return fail(c, "refused", msg, EXIT_REFUSED);
 	}
-	ri.schedule_id = s.schedule_id;
-	rc = drop_privileges(uid, gid);
-	if (!rc && (rc = set_ioprio(ri.ioprio)) == -EINVAL) {
-		fprintf(stderr, "warmstart-replay: unknown ioprio '%s'\n%s", ri.ioprio, usage);
-		close_notify(o.notify_fd);
-		ex = EXIT_USAGE;
-		goto done;
+	c->ri.schedule_id = s->schedule_id;
+	rc = drop_privileges(c->uid, c->gid);
+	if (!rc && (rc = set_ioprio(c->ri.ioprio)) == -EINVAL) {
+		fprintf(stderr, "warmstart-replay: unknown ioprio '%s'\n%s", c->ri.ioprio, usage);
+		close_notify(c->o.notify_fd);
+		return EXIT_USAGE;
 	}
 	if (rc) {
-		static char msg[256];
 		snprintf(msg, sizeof(msg), "cannot drop privileges / set I/O priority: %s "
 			 "(--uid/--gid need root)", strerror(-rc));
-		fprintf(stderr, "warmstart-replay: %s\n", msg);
-		close_notify(o.notify_fd);
-		ri.status = "error";
-		ri.error = msg;
-		ex = 1;
-		goto report;
+		return fail(c, "error", msg, 1);
 	}
-	rc = engine_init(&e, ri.engine, ri.depth);
+	rc = engine_init(e, c->ri.engine, c->ri.depth);
 	if (rc) {
-		static char msg[256];
 		snprintf(msg, sizeof(msg), "cannot set up engine %s: %s; try --engine readahead",
-			 ri.engine, strerror(-rc));
-		fprintf(stderr, "warmstart-replay: %s\n", msg);
-		close_notify(o.notify_fd);
-		ri.status = "error";
-		ri.error = msg;
-		ex = 1;
-		goto report;
+			 c->ri.engine, strerror(-rc));
+		return fail(c, "error", msg, 1);
 	}
-	ri.depth = e.depth;
-	rc = replay_run(&s, &e, &o, &st);
-	if (rc) {
-		ri.status = "error";
-		ri.error = strerror(-rc);
-		ex = 1;
+	c->ri.depth = e->depth;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct replay_stats st = { .start_mono_ns = mono_ns() };
+	struct cli c = {
+		.o = { .mode = MODE_SEGMENTED, .notify_fd = -1, .reserve_bytes = 128ull << 20,
+		       .psi_limit = 10.0, .wait_resident = true },
+		.ri = { .status = "ok", .mode = "segmented", .engine = "readahead", .ioprio = "be" },
+		.stats_fd = -1, .uid = -1, .gid = -1,
+	};
+	struct wsr_schedule s = { 0 };
+	struct engine e = { 0 };
+	struct exit_check xc;
+	int ex = parse_options(argc, argv, &c);
+	if (ex >= 0)
+		return ex;
+	/* the app's pidfd now, while its exec is held: its pid cannot be reused before we wait */
+	int exit_fd = c.judge_wait_s ? exit_check_open(c.app_pid) : -1;
+	FILE *sf = open_stats(&c);
+
+	ex = prepare(&c, &s, &e);
+	if (!ex) {
+		int rc = replay_run(&s, &e, &c.o, &st);
+		if (rc) {
+			c.ri.status = "error";
+			c.ri.error = strerror(-rc);
+			ex = 1;
+		}
+		e.fini(&e);
+		if (exit_fd >= 0) {
+			exit_check_run(exit_fd, &s, st.outside_at_open, c.judge_wait_s, &xc);
+			exit_fd = -1;
+			c.ri.exit = &xc;
+		}
 	}
-	e.fini(&e);
-	if (exit_fd >= 0) {
-		exit_check_run(exit_fd, &s, st.outside_at_open, judge_wait_s, &xc);
-		exit_fd = -1;
-		ri.exit = &xc;
-	}
-report:
-	if (sf)
-		stats_write(sf, &ri, &st, e.name ? &e : NULL);
-done:
+	if (sf && ex != EXIT_USAGE)   /* a bad --ioprio is a usage error: no report */
+		stats_write(sf, &c.ri, &st, e.name ? &e : NULL);
 	if (exit_fd >= 0)
 		close(exit_fd);
 	if (sf)
