@@ -225,115 +225,153 @@ static void release(struct ctx *c, const uint32_t *order, uint32_t n)
 	}
 }
 
-int replay_run(const struct wsr_schedule *s, struct engine *e, const struct replay_opts *o,
-	       struct replay_stats *st)
+/* The per-file state (fds, first-open flags, what was cached at first open) and the per-segment
+ * stats. Returns 0 or -ENOMEM. */
+static int alloc_state(struct ctx *c, uint32_t **order)
 {
-	struct ctx c = { .s = s, .e = e, .o = o, .st = st, .budget = UINT64_MAX };
-	uint32_t *order = malloc((s->nranges ? s->nranges : 1) * sizeof(*order));
-	int rc = 0;
-
-	signal(SIGPIPE, SIG_IGN);
-	st->ranges_total = s->nranges;
-	st->files_total = s->nfiles;
-	c.fds = malloc((s->nfiles ? s->nfiles : 1) * sizeof(int));
-	c.ever_opened = calloc(s->nfiles ? s->nfiles : 1, 1);
-	st->nsegs = o->mode == MODE_SEGMENTED ? s->nsegments : 1;
+	const struct wsr_schedule *s = c->s;
+	struct replay_stats *st = c->st;
+	*order = malloc((s->nranges ? s->nranges : 1) * sizeof(**order));
+	c->fds = malloc((s->nfiles ? s->nfiles : 1) * sizeof(int));
+	c->ever_opened = calloc(s->nfiles ? s->nfiles : 1, 1);
+	st->nsegs = c->o->mode == MODE_SEGMENTED ? s->nsegments : 1;
 	st->segs = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->segs));
 	st->outside_at_open = malloc((s->nfiles ? s->nfiles : 1) * sizeof(*st->outside_at_open));
-	if (!order || !c.fds || !c.ever_opened || !st->segs || !st->outside_at_open) {
-		rc = -ENOMEM;
-		release(&c, order, 0);
-		goto out;
-	}
+	if (!*order || !c->fds || !c->ever_opened || !st->segs || !st->outside_at_open)
+		return -ENOMEM;
 	for (uint32_t i = 0; i < s->nfiles; i++) {
-		c.fds[i] = FD_UNOPENED;
+		c->fds[i] = FD_UNOPENED;
 		st->outside_at_open[i] = UNMEASURED;
 	}
-	/* Many files stay open at once; use the hard limit (falls back to closing on EMFILE). */
+	return 0;
+}
+
+/* Many files stay open at once; use the hard limit (falls back to closing on EMFILE). */
+static void raise_fd_limit(void)
+{
 	struct rlimit rl;
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+}
 
-	uint32_t release_at = replay_plan(s, o->mode, order);
+/* What the plan holds: bytes in all and before the release point, and each segment's share
+ * (one segment spanning the whole plan unless the mode is segmented). */
+static void count_plan(struct ctx *c, const uint32_t *order, uint32_t release_at)
+{
+	const struct wsr_schedule *s = c->s;
+	struct replay_stats *st = c->st;
+	bool segmented = c->o->mode == MODE_SEGMENTED;
 	for (uint32_t i = 0; i < s->nranges; i++) {
 		st->bytes_scheduled += s->ranges[i].length;
 		if (i < release_at)
 			st->prebuffer_bytes += s->ranges[order[i]].length;
 	}
 	for (uint32_t k = 0; k < st->nsegs; k++) {
-		st->segs[k].idx = o->mode == MODE_SEGMENTED ? s->segments[k].idx : 1;
-		st->segs[k].ranges = o->mode == MODE_SEGMENTED ? s->segments[k].nranges : s->nranges;
-		st->segs[k].bytes = o->mode == MODE_SEGMENTED ? s->segments[k].bytes : st->bytes_scheduled;
+		st->segs[k].idx = segmented ? s->segments[k].idx : 1;
+		st->segs[k].ranges = segmented ? s->segments[k].nranges : s->nranges;
+		st->segs[k].bytes = segmented ? s->segments[k].bytes : st->bytes_scheduled;
 	}
+}
 
-	if (release_at == 0)
-		release(&c, order, 0);   /* interleave (or an empty pre-buffer): the app runs alongside */
-	check_pressure(&c, 0, st->bytes_scheduled);
+/* One range of the plan: skipped under memory pressure or when its file cannot be used,
+ * counted when already resident, otherwise submitted to the engine. */
+static void fetch_range(struct ctx *c, const struct wsr_range *r, struct seg_stat *sg)
+{
+	struct replay_stats *st = c->st;
+	if (c->s->files[r->file_no].kind == WSR_KIND_BLOCKDEV)
+		st->device_ranges++;
+	/* Memory pressure: past the budget, pages we read would evict more useful ones. */
+	if (c->budget < r->length) {
+		st->ranges_skipped_pressure++;
+		st->bytes_skipped_pressure += r->length;
+		c->budget = 0;
+		return;
+	}
+	int fd = file_fd(c, r->file_no);
+	if (fd < 0) {
+		st->ranges_skipped_file++;
+		return;
+	}
+	uint64_t cached = 0;
+	if (!residency(fd, r->offset, r->length, &cached) && cached >= r->length) {
+		st->ranges_resident++;   /* already in memory (the app got there first, or warm) */
+		st->bytes_resident += r->length;
+		return;
+	}
+	if (!st->first_io_done) {
+		st->first_io_mono_ns = mono_ns();
+		st->first_io_done = true;
+	}
+	if (c->e->submit(c->e, fd, r->offset, r->length) == 0) {
+		st->ranges_fetched++;
+		st->bytes_fetched += r->length;
+		sg->ranges_fetched++;
+		sg->bytes_fetched += r->length;
+		if (c->budget != UINT64_MAX)
+			c->budget -= r->length;
+	}
+}
 
+/* The plan in order: release the app at the release point, time each segment, look at memory
+ * pressure at each later segment and every PRESSURE_EVERY bytes. */
+static void fetch_plan(struct ctx *c, const uint32_t *order, uint32_t release_at)
+{
+	const struct wsr_schedule *s = c->s;
+	struct replay_stats *st = c->st;
 	uint64_t fetched_plan = 0, since_check = 0;
 	int cur_seg = -1;
 	for (uint32_t i = 0; i < s->nranges; i++) {
 		if (i == release_at && i > 0)
-			release(&c, order, release_at);
+			release(c, order, release_at);
 		const struct wsr_range *r = &s->ranges[order[i]];
-		uint32_t k = o->mode == MODE_SEGMENTED ? r->segment : 0;
-		struct seg_stat *sg = &st->segs[k];
+		uint32_t k = c->o->mode == MODE_SEGMENTED ? r->segment : 0;
 		if ((int)k != cur_seg) {
 			if (cur_seg >= 0)
 				st->segs[cur_seg].t_end_ns = mono_ns() - st->start_mono_ns;
-			sg->t_start_ns = mono_ns() - st->start_mono_ns;
+			st->segs[k].t_start_ns = mono_ns() - st->start_mono_ns;
 			if (k > 0 && i > 0) {  /* each later segment: look at memory again */
-				check_pressure(&c, i, st->bytes_scheduled - fetched_plan);
+				check_pressure(c, i, st->bytes_scheduled - fetched_plan);
 				since_check = 0;
 			}
 			cur_seg = (int)k;
 		}
 		if (since_check >= PRESSURE_EVERY) {
-			check_pressure(&c, i, st->bytes_scheduled - fetched_plan);
+			check_pressure(c, i, st->bytes_scheduled - fetched_plan);
 			since_check = 0;
 		}
 		fetched_plan += r->length;
 		since_check += r->length;
-		if (s->files[r->file_no].kind == WSR_KIND_BLOCKDEV)
-			st->device_ranges++;
-		/* Memory pressure: past the budget, pages we read would evict more useful ones. */
-		if (c.budget < r->length) {
-			st->ranges_skipped_pressure++;
-			st->bytes_skipped_pressure += r->length;
-			c.budget = 0;
-			continue;
-		}
-		int fd = file_fd(&c, r->file_no);
-		if (fd < 0) {
-			st->ranges_skipped_file++;
-			continue;
-		}
-		uint64_t cached = 0;
-		if (!residency(fd, r->offset, r->length, &cached) && cached >= r->length) {
-			st->ranges_resident++;   /* already in memory (the app got there first, or warm) */
-			st->bytes_resident += r->length;
-			continue;
-		}
-		if (!st->first_io_done) {
-			st->first_io_mono_ns = mono_ns();
-			st->first_io_done = true;
-		}
-		if (e->submit(e, fd, r->offset, r->length) == 0) {
-			st->ranges_fetched++;
-			st->bytes_fetched += r->length;
-			sg->ranges_fetched++;
-			sg->bytes_fetched += r->length;
-			if (c.budget != UINT64_MAX)
-				c.budget -= r->length;
-		}
+		fetch_range(c, r, &st->segs[k]);
 	}
 	if (cur_seg >= 0)
 		st->segs[cur_seg].t_end_ns = mono_ns() - st->start_mono_ns;
-	release(&c, order, release_at);   /* no-op unless everything was before the release point */
-	e->drain(e);
-out:
+}
+
+int replay_run(const struct wsr_schedule *s, struct engine *e, const struct replay_opts *o,
+	       struct replay_stats *st)
+{
+	struct ctx c = { .s = s, .e = e, .o = o, .st = st, .budget = UINT64_MAX };
+	uint32_t *order = NULL;
+
+	signal(SIGPIPE, SIG_IGN);
+	st->ranges_total = s->nranges;
+	st->files_total = s->nfiles;
+	int rc = alloc_state(&c, &order);
+	if (rc) {
+		release(&c, order, 0);
+	} else {
+		raise_fd_limit();
+		uint32_t release_at = replay_plan(s, o->mode, order);
+		count_plan(&c, order, release_at);
+		if (release_at == 0)
+			release(&c, order, 0);   /* interleave (or an empty pre-buffer): the app runs alongside */
+		check_pressure(&c, 0, st->bytes_scheduled);
+		fetch_plan(&c, order, release_at);
+		release(&c, order, release_at);   /* no-op unless everything was before the release point */
+		e->drain(e);
+	}
 	if (c.fds) {
 		for (uint32_t i = 0; i < s->nfiles; i++)
 			if (c.fds[i] >= 0)
