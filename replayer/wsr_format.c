@@ -67,53 +67,44 @@ static int canonical_path(const char *p, uint32_t len)
 	return 1;
 }
 
-#define FAIL(msg) do { *why = (msg); rc = -EINVAL; goto out; } while (0)
-
-int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **why)
+/* The header: magic, version, size and checksum, then the counts against the limits and the
+ * payload's size and checksum. Returns NULL, or the check that failed. */
+static const char *check_header(const unsigned char *b, size_t len)
 {
-	const unsigned char *b = image;
 	unsigned char hdr[WSR_HEADER_SIZE];
-	int rc = 0;
 
-	memset(out, 0, sizeof(*out));
-	*why = NULL;
 	if (len < WSR_HEADER_SIZE)
-		FAIL("file shorter than the header");
+		return "file shorter than the header";
 	if (memcmp(b + WSR_HEADER_MAGIC_OFF, WSR_MAGIC, WSR_HEADER_MAGIC_LEN) != 0)
-		FAIL("bad magic (not a warmstart schedule export)");
+		return "bad magic (not a warmstart schedule export)";
 	if (GET(b, HEADER, VERSION) != WSR_VERSION)
-		FAIL("unsupported version");
+		return "unsupported version";
 	if (GET(b, HEADER, HEADER_SIZE) != WSR_HEADER_SIZE)
-		FAIL("bad header size");
+		return "bad header size";
 	memcpy(hdr, b, sizeof(hdr));
 	memset(hdr + WSR_HEADER_HEADER_CRC32_OFF, 0, WSR_HEADER_HEADER_CRC32_LEN);
 	if (wsr_crc32(0, hdr, sizeof(hdr)) != GET(b, HEADER, HEADER_CRC32))
-		FAIL("header checksum mismatch");
+		return "header checksum mismatch";
 
-	uint64_t sid = GET(b, HEADER, SCHEDULE_ID);
 	uint32_t nfiles = GET(b, HEADER, NFILES), nseg = GET(b, HEADER, NSEGMENTS), nranges = GET(b, HEADER, NRANGES);
 	uint32_t strtab = GET(b, HEADER, STRTAB_LEN);
 	uint64_t payload = GET(b, HEADER, PAYLOAD_LEN);
-	uint32_t pcrc = GET(b, HEADER, PAYLOAD_CRC32);
 	if (nfiles > WSR_MAX_FILES || nranges > WSR_MAX_RANGES || nseg > nranges + 1)
-		FAIL("counts out of bounds");
+		return "counts out of bounds";
 	uint64_t want = (uint64_t)nfiles * WSR_FILE_SIZE + (uint64_t)nseg * WSR_SEGMENT_SIZE +
 			(uint64_t)nranges * WSR_RANGE_SIZE + strtab;
 	if (payload != want || len != WSR_HEADER_SIZE + payload)
-		FAIL("size does not match the header (truncated or padded)");
-	if (wsr_crc32(0, b + WSR_HEADER_SIZE, payload) != pcrc)
-		FAIL("payload checksum mismatch");
+		return "size does not match the header (truncated or padded)";
+	if (wsr_crc32(0, b + WSR_HEADER_SIZE, payload) != GET(b, HEADER, PAYLOAD_CRC32))
+		return "payload checksum mismatch";
+	return NULL;
+}
 
-	out->files = calloc(nfiles ? nfiles : 1, sizeof(*out->files));
-	out->segments = calloc(nseg ? nseg : 1, sizeof(*out->segments));
-	out->ranges = calloc(nranges ? nranges : 1, sizeof(*out->ranges));
-	if (!out->files || !out->segments || !out->ranges) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	const unsigned char *p = b + WSR_HEADER_SIZE;
-	const char *strings = (const char *)(b + WSR_HEADER_SIZE + payload - strtab);
-	for (uint32_t i = 0; i < nfiles; i++, p += WSR_FILE_SIZE) {
+/* The file records at p into out->files; their paths point into the string table. */
+static const char *parse_files(const unsigned char *p, const char *strings, uint32_t strtab,
+			       struct wsr_schedule *out)
+{
+	for (uint32_t i = 0; i < out->nfiles; i++, p += WSR_FILE_SIZE) {
 		struct wsr_file *f = &out->files[i];
 		uint32_t off = GET(p, FILE, PATH_OFF);
 		f->dev = GET(p, FILE, DEV);
@@ -123,17 +114,23 @@ int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **wh
 		f->path_len = GET(p, FILE, PATH_LEN);
 		f->kind = GET(p, FILE, KIND);
 		if (f->kind > WSR_KIND_BLOCKDEV)
-			FAIL("file entry with an unknown kind");
+			return "file entry with an unknown kind";
 		if ((uint64_t)off + f->path_len > strtab || f->path_len == 0 || f->path_len > WSR_MAX_PATH)
-			FAIL("file path outside the string table");
+			return "file path outside the string table";
 		if (memchr(strings + off, 0, f->path_len))
-			FAIL("file path contains a NUL byte");
+			return "file path contains a NUL byte";
 		if (!canonical_path(strings + off, f->path_len))
-			FAIL("file path is not absolute and canonical");
+			return "file path is not absolute and canonical";
 		f->path = strings + off;
 	}
+	return NULL;
+}
+
+/* The segment records at p into out->segments. */
+static const char *parse_segments(const unsigned char *p, struct wsr_schedule *out)
+{
 	uint32_t next = 0;
-	for (uint32_t i = 0; i < nseg; i++, p += WSR_SEGMENT_SIZE) {
+	for (uint32_t i = 0; i < out->nsegments; i++, p += WSR_SEGMENT_SIZE) {
 		struct wsr_segment *s = &out->segments[i];
 		s->idx = GET(p, SEGMENT, IDX);
 		s->first_range = GET(p, SEGMENT, FIRST_RANGE);
@@ -141,13 +138,19 @@ int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **wh
 		s->bytes = GET(p, SEGMENT, BYTES);
 		s->cpu_ns = GET(p, SEGMENT, CPU_NS);
 		/* Segments must tile ranges[] in order: the replayer relies on it. */
-		if (s->first_range != next || (uint64_t)s->first_range + s->nranges > nranges)
-			FAIL("segments do not tile the ranges");
+		if (s->first_range != next || (uint64_t)s->first_range + s->nranges > out->nranges)
+			return "segments do not tile the ranges";
 		next += s->nranges;
 	}
-	if (next != nranges)
-		FAIL("segments do not cover every range");
-	for (uint32_t i = 0; i < nranges; i++, p += WSR_RANGE_SIZE) {
+	if (next != out->nranges)
+		return "segments do not cover every range";
+	return NULL;
+}
+
+/* The range records at p into out->ranges, checked against the files and segments parsed. */
+static const char *parse_ranges(const unsigned char *p, struct wsr_schedule *out)
+{
+	for (uint32_t i = 0; i < out->nranges; i++, p += WSR_RANGE_SIZE) {
 		struct wsr_range *r = &out->ranges[i];
 		r->offset = GET(p, RANGE, OFFSET);
 		r->length = GET(p, RANGE, LENGTH);
@@ -155,32 +158,59 @@ int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **wh
 		r->file_no = GET(p, RANGE, FILE_NO);
 		r->orig_pos = GET(p, RANGE, ORIG_POS);
 		r->segment = GET(p, RANGE, SEGMENT);
-		if (r->file_no >= nfiles)
-			FAIL("range names a file that does not exist");
-		if (r->segment >= nseg || i < out->segments[r->segment].first_range ||
+		if (r->file_no >= out->nfiles)
+			return "range names a file that does not exist";
+		if (r->segment >= out->nsegments || i < out->segments[r->segment].first_range ||
 		    i >= out->segments[r->segment].first_range + out->segments[r->segment].nranges)
-			FAIL("range outside its segment");
+			return "range outside its segment";
 		if (r->length == 0 || r->offset + r->length < r->offset || r->offset > (1ull << 62))
-			FAIL("range with a bad offset or length");
+			return "range with a bad offset or length";
 		/* a file's pages end at its size rounded up to a page: nothing to read past that */
 		const struct wsr_file *f = &out->files[r->file_no];
 		if (f->kind == WSR_KIND_FILE && r->offset + r->length > ((f->size + 4095) & ~4095ull))
-			FAIL("range beyond the end of its file");
+			return "range beyond the end of its file";
 	}
-	out->schedule_id = sid;
-	out->nfiles = nfiles;
-	out->nsegments = nseg;
-	out->nranges = nranges;
-	out->image = image;
-	out->image_len = len;
-out:
+	return NULL;
+}
+
+int wsr_parse(void *image, size_t len, struct wsr_schedule *out, const char **why)
+{
+	const unsigned char *b = image;
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	*why = check_header(b, len);
+	if (*why)
+		return -EINVAL;
+	/* the payload: files, segments, ranges, then the string table */
+	out->nfiles = GET(b, HEADER, NFILES);
+	out->nsegments = GET(b, HEADER, NSEGMENTS);
+	out->nranges = GET(b, HEADER, NRANGES);
+	uint32_t strtab = GET(b, HEADER, STRTAB_LEN);
+	const unsigned char *files = b + WSR_HEADER_SIZE;
+	const unsigned char *segments = files + (size_t)out->nfiles * WSR_FILE_SIZE;
+	const unsigned char *ranges = segments + (size_t)out->nsegments * WSR_SEGMENT_SIZE;
+	const char *strings = (const char *)(b + len - strtab);
+
+	out->files = calloc(out->nfiles ? out->nfiles : 1, sizeof(*out->files));
+	out->segments = calloc(out->nsegments ? out->nsegments : 1, sizeof(*out->segments));
+	out->ranges = calloc(out->nranges ? out->nranges : 1, sizeof(*out->ranges));
+	if (!out->files || !out->segments || !out->ranges)
+		rc = -ENOMEM;
+	else if ((*why = parse_files(files, strings, strtab, out)) ||
+		 (*why = parse_segments(segments, out)) || (*why = parse_ranges(ranges, out)))
+		rc = -EINVAL;
 	if (rc) {
 		free(out->files);
 		free(out->segments);
 		free(out->ranges);
 		memset(out, 0, sizeof(*out));
+		return rc;
 	}
-	return rc;
+	out->schedule_id = GET(b, HEADER, SCHEDULE_ID);
+	out->image = image;
+	out->image_len = len;
+	return 0;
 }
 
 int wsr_load(const char *path, struct wsr_schedule *out, const char **why)
