@@ -159,133 +159,188 @@ static void usage(FILE *f)
 		   "  -n         open with O_DIRECT and check the ranges, read nothing\n");
 }
 
-int main(int argc, char **argv)
-{
-	unsigned qd = 1, repeat = 1;
-	int dry = 0, opt, fd = -1, rc = 0, exit_code = 1;
-	const char *list_path = NULL;
-	FILE *in = stdin;
-	struct reqlist l = { 0 };
-	struct slot *slots = NULL;
-	uint64_t *times = NULL, *runs = NULL;
-	io_context_t ctx = 0;
-	int have_ctx = 0;
+/* One probe: the options, the target and the list, and what the reads need. */
+struct probe {
+	unsigned qd, repeat;
+	int dry;
+	const char *list_path, *path;
+	int fd;
+	uint64_t size, align;    /* size: of a device (bounds the ranges); 0 for a file */
+	FILE *in;
+	struct reqlist l;
+	struct slot *slots;      /* qd of them, each with a buffer of the longest request */
+	uint64_t *times, *runs;  /* per request, per run */
+	io_context_t ctx;
+	int have_ctx;
+};
 
+/* Returns -1 to go on, or the exit code (help, bad usage). */
+static int parse_args(int argc, char **argv, struct probe *p)
+{
+	int opt;
 	while ((opt = getopt(argc, argv, "q:f:r:nh")) != -1) {
 		switch (opt) {
-		case 'q': qd = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'f': list_path = optarg; break;
-		case 'r': repeat = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'n': dry = 1; break;
+		case 'q': p->qd = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'f': p->list_path = optarg; break;
+		case 'r': p->repeat = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'n': p->dry = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
-	if (optind != argc - 1 || qd < 1 || qd > 256 || repeat < 1) {
+	if (optind != argc - 1 || p->qd < 1 || p->qd > 256 || p->repeat < 1) {
 		usage(stderr);
 		return 2;
 	}
-	const char *path = argv[optind];
+	p->path = argv[optind];
+	return -1;
+}
 
-	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-	if (fd < 0) {
+/* Open the target with O_DIRECT; of a device, learn its size and logical block size. Returns 0
+ * or the exit code (3: no O_DIRECT). */
+static int open_target(struct probe *p)
+{
+	struct stat st;
+	p->fd = open(p->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (p->fd < 0) {
 		int e = errno;
-		fprintf(stderr, "warmstart-probe: cannot open %s with O_DIRECT: %s\n", path, strerror(e));
+		fprintf(stderr, "warmstart-probe: cannot open %s with O_DIRECT: %s\n", p->path, strerror(e));
 		return e == EINVAL ? 3 : 1;
 	}
-	struct stat st;
-	uint64_t size = 0, align = 4096;
-	if (fstat(fd, &st) < 0) {
-		fprintf(stderr, "warmstart-probe: stat %s: %s\n", path, strerror(errno));
-		goto out;
+	if (fstat(p->fd, &st) < 0) {
+		fprintf(stderr, "warmstart-probe: stat %s: %s\n", p->path, strerror(errno));
+		return 1;
 	}
 	if (S_ISBLK(st.st_mode)) {
 		int lbs = 0;
-		if (ioctl(fd, BLKGETSIZE64, &size) < 0) {
-			fprintf(stderr, "warmstart-probe: BLKGETSIZE64 %s: %s\n", path, strerror(errno));
-			goto out;
+		if (ioctl(p->fd, BLKGETSIZE64, &p->size) < 0) {
+			fprintf(stderr, "warmstart-probe: BLKGETSIZE64 %s: %s\n", p->path, strerror(errno));
+			return 1;
 		}
-		if (ioctl(fd, BLKSSZGET, &lbs) == 0 && lbs > 0 && (uint64_t)lbs > align)
-			align = (uint64_t)lbs;
+		if (ioctl(p->fd, BLKSSZGET, &lbs) == 0 && lbs > 0 && (uint64_t)lbs > p->align)
+			p->align = (uint64_t)lbs;
 	} else {
-		size = 0; /* a file may be read up to its end; a short read is accepted */
+		p->size = 0; /* a file may be read up to its end; a short read is accepted */
 	}
+	return 0;
+}
 
-	if (list_path) {
-		in = fopen(list_path, "re");
-		if (!in) {
-			fprintf(stderr, "warmstart-probe: cannot open %s: %s\n", list_path, strerror(errno));
-			goto out;
+/* Read the list (-f or stdin). Returns 0 or -1 (said on stderr). */
+static int load_ranges(struct probe *p)
+{
+	if (p->list_path) {
+		p->in = fopen(p->list_path, "re");
+		if (!p->in) {
+			fprintf(stderr, "warmstart-probe: cannot open %s: %s\n", p->list_path, strerror(errno));
+			return -1;
 		}
 	}
-	rc = read_ranges(in, align, size, &l);
+	int rc = read_ranges(p->in, p->align, p->size, &p->l);
 	if (rc) {
 		if (rc != -EINVAL)
 			fprintf(stderr, "warmstart-probe: reading ranges: %s\n", strerror(-rc));
-		goto out;
+		return -1;
 	}
-	if (dry) {
-		printf("{\"o_direct\":true,\"requests\":%zu,\"align\":%" PRIu64 ",\"size\":%" PRIu64 "}\n", l.n, align, size);
-		exit_code = 0;
-		goto out;
-	}
-	if (qd > l.n && l.n)
-		qd = (unsigned)l.n;
-	slots = calloc(qd, sizeof(*slots));
-	times = calloc(l.n ? l.n : 1, sizeof(*times));
-	runs = calloc(repeat, sizeof(*runs));
-	if (!slots || !times || !runs) {
+	return 0;
+}
+
+/* Slots with aligned buffers, result arrays and the aio context. Returns 0 or -1 (said). */
+static int setup_io(struct probe *p)
+{
+	int rc;
+	if (p->qd > p->l.n && p->l.n)
+		p->qd = (unsigned)p->l.n;
+	p->slots = calloc(p->qd, sizeof(*p->slots));
+	p->times = calloc(p->l.n ? p->l.n : 1, sizeof(*p->times));
+	p->runs = calloc(p->repeat, sizeof(*p->runs));
+	if (!p->slots || !p->times || !p->runs) {
 		fprintf(stderr, "warmstart-probe: out of memory\n");
-		goto out;
+		return -1;
 	}
-	uint64_t maxlen = align;
-	for (size_t i = 0; i < l.n; i++)
-		if (l.v[i].len > maxlen)
-			maxlen = l.v[i].len;
-	for (unsigned i = 0; i < qd; i++) {
-		if ((rc = posix_memalign(&slots[i].buf, align, maxlen)) != 0) {
-			slots[i].buf = NULL;
+	uint64_t maxlen = p->align;
+	for (size_t i = 0; i < p->l.n; i++)
+		if (p->l.v[i].len > maxlen)
+			maxlen = p->l.v[i].len;
+	for (unsigned i = 0; i < p->qd; i++) {
+		if ((rc = posix_memalign(&p->slots[i].buf, p->align, maxlen)) != 0) {
+			p->slots[i].buf = NULL;
 			fprintf(stderr, "warmstart-probe: buffer: %s\n", strerror(rc));
-			goto out;
+			return -1;
 		}
 	}
-	if ((rc = io_setup((int)qd, &ctx)) < 0) {
+	if ((rc = io_setup((int)p->qd, &p->ctx)) < 0) {
 		fprintf(stderr, "warmstart-probe: io_setup: %s\n", strerror(-rc));
-		goto out;
+		return -1;
 	}
-	have_ctx = 1;
+	p->have_ctx = 1;
+	return 0;
+}
+
+static void print_result(const struct probe *p)
+{
 	uint64_t bytes = 0;
-	for (size_t i = 0; i < l.n; i++)
-		bytes += l.v[i].len;
-	for (unsigned r = 0; r < repeat; r++) {
-		rc = run_once(ctx, fd, &l, slots, qd, times, &runs[r]);
+	for (size_t i = 0; i < p->l.n; i++)
+		bytes += p->l.v[i].len;
+	printf("{\"elapsed_ns\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"qd\":%u,\"align\":%" PRIu64 ",\"runs\":[",
+	       p->runs[p->repeat - 1], bytes, p->qd, p->align);
+	for (unsigned r = 0; r < p->repeat; r++)
+		printf("%s%" PRIu64, r ? "," : "", p->runs[r]);
+	printf("],\"requests\":[");
+	for (size_t i = 0; i < p->l.n; i++)
+		printf("%s%" PRIu64, i ? "," : "", p->times[i]);
+	printf("]}\n");
+}
+
+/* Returns the exit code. */
+static int probe_run(struct probe *p)
+{
+	int ex = open_target(p);
+	if (ex)
+		return ex;
+	if (load_ranges(p))
+		return 1;
+	if (p->dry) {
+		printf("{\"o_direct\":true,\"requests\":%zu,\"align\":%" PRIu64 ",\"size\":%" PRIu64 "}\n",
+		       p->l.n, p->align, p->size);
+		return 0;
+	}
+	if (setup_io(p))
+		return 1;
+	for (unsigned r = 0; r < p->repeat; r++) {
+		int rc = run_once(p->ctx, p->fd, &p->l, p->slots, p->qd, p->times, &p->runs[r]);
 		if (rc) {
-			fprintf(stderr, "warmstart-probe: read from %s: %s\n", path, strerror(-rc));
-			goto out;
+			fprintf(stderr, "warmstart-probe: read from %s: %s\n", p->path, strerror(-rc));
+			return 1;
 		}
 	}
-	printf("{\"elapsed_ns\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"qd\":%u,\"align\":%" PRIu64 ",\"runs\":[",
-	       runs[repeat - 1], bytes, qd, align);
-	for (unsigned r = 0; r < repeat; r++)
-		printf("%s%" PRIu64, r ? "," : "", runs[r]);
-	printf("],\"requests\":[");
-	for (size_t i = 0; i < l.n; i++)
-		printf("%s%" PRIu64, i ? "," : "", times[i]);
-	printf("]}\n");
-	exit_code = fflush(stdout) == 0 ? 0 : 1;
-out:
-	if (have_ctx)
-		io_destroy(ctx);
-	if (slots)
-		for (unsigned i = 0; i < qd; i++)
-			free(slots[i].buf);
-	free(slots);
-	free(times);
-	free(runs);
-	free(l.v);
-	if (in && in != stdin)
-		fclose(in);
-	if (fd >= 0)
-		close(fd);
-	return exit_code;
+	print_result(p);
+	return fflush(stdout) == 0 ? 0 : 1;
+}
+
+static void probe_free(struct probe *p)
+{
+	if (p->have_ctx)
+		io_destroy(p->ctx);
+	if (p->slots)
+		for (unsigned i = 0; i < p->qd; i++)
+			free(p->slots[i].buf);
+	free(p->slots);
+	free(p->times);
+	free(p->runs);
+	free(p->l.v);
+	if (p->in && p->in != stdin)
+		fclose(p->in);
+	if (p->fd >= 0)
+		close(p->fd);
+}
+
+int main(int argc, char **argv)
+{
+	struct probe p = { .qd = 1, .repeat = 1, .fd = -1, .align = 4096, .in = stdin };
+	int ex = parse_args(argc, argv, &p);
+	if (ex >= 0)
+		return ex;
+	ex = probe_run(&p);
+	probe_free(&p);
+	return ex;
 }
