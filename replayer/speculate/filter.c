@@ -27,6 +27,8 @@
 #define DENY(e) (SECCOMP_RET_ERRNO | ((e) & SECCOMP_RET_DATA))
 #define FAKE_OK (SECCOMP_RET_ERRNO | 0)
 
+/* Over 80 lines on purpose: one BPF program listed instruction by instruction; its jump offsets
+ * count instructions, so it reads (and is reviewed) best whole, in one place. */
 int filter_install(int notify, int *listener)
 {
 	unsigned open_action = notify ? SECCOMP_RET_USER_NOTIF : SECCOMP_RET_ALLOW;

@@ -111,13 +111,9 @@ static void on_term(int sig)
 		kill(g_init_pid, SIGKILL);
 }
 
-int main(int argc, char **argv)
+/* Fills *o from argv. Returns -1 to go on, or the exit code (help, bad usage). */
+static int parse_options(int argc, char **argv, struct spec_opts *o)
 {
-	struct spec_opts o = {
-		.root = "/", .cwd = NULL, .copy_output = NULL, .ra_max = 1ULL << 20,
-		.budget = 512ULL << 20, .data_max = 2ULL << 30, .tmpfs_mb = 64, .workers = 4,
-		.notify = 1, .io_idle = 0, .envp = environ,
-	};
 	static const struct option opts[] = {
 		{ "root", required_argument, 0, 'r' }, { "cwd", required_argument, 0, 'c' },
 		{ "ra-max", required_argument, 0, 'a' }, { "budget", required_argument, 0, 'b' },
@@ -129,16 +125,16 @@ int main(int argc, char **argv)
 	int c;
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'r': o.root = optarg; break;
-		case 'c': o.cwd = optarg; break;
-		case 'a': o.ra_max = num(optarg); break;
-		case 'b': o.budget = num(optarg); break;
-		case 'd': o.data_max = num(optarg); break;
-		case 't': o.tmpfs_mb = (unsigned)num(optarg); break;
-		case 'w': o.workers = (int)num(optarg); break;
-		case 'N': o.notify = 0; break;
-		case 'I': o.io_idle = 1; break;
-		case 'o': o.copy_output = optarg; break;
+		case 'r': o->root = optarg; break;
+		case 'c': o->cwd = optarg; break;
+		case 'a': o->ra_max = num(optarg); break;
+		case 'b': o->budget = num(optarg); break;
+		case 'd': o->data_max = num(optarg); break;
+		case 't': o->tmpfs_mb = (unsigned)num(optarg); break;
+		case 'w': o->workers = (int)num(optarg); break;
+		case 'N': o->notify = 0; break;
+		case 'I': o->io_idle = 1; break;
+		case 'o': o->copy_output = optarg; break;
 		default:
 			fprintf(stderr, "usage: ws-spec-run [--root DIR] [--cwd DIR] [--ra-max B] [--budget B] "
 				"[--data-max B] [--tmpfs-mb N] [--workers N] [--no-notify] [--io-idle] "
@@ -150,12 +146,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ws-spec-run: no command given (ws-spec-run [options] -- CMD ...)\n");
 		return 2;
 	}
-	o.argv = argv + optind;
+	o->argv = argv + optind;
+	return -1;
+}
 
-	int outfd = open(o.copy_output ? o.copy_output : "/dev/null",
+/* Clone init into new namespaces and let it go (the copy's output goes to --copy-output).
+ * Returns init's host pid; *sock is the supervisor's end of the socket init's copy sends its
+ * seccomp listener through. Dies on failure. */
+static pid_t start_init(const struct spec_opts *o, int *sock)
+{
+	int outfd = open(o->copy_output ? o->copy_output : "/dev/null",
 			 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (outfd < 0)
-		die(o.copy_output ? o.copy_output : "/dev/null", errno);
+		die(o->copy_output ? o->copy_output : "/dev/null", errno);
 	int sv[2], go[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 || pipe2(go, O_CLOEXEC) < 0)
 		die("socketpair/pipe", errno);
@@ -172,7 +175,7 @@ int main(int argc, char **argv)
 	if (init == 0) {
 		close(sv[0]);
 		close(go[1]);
-		_exit(run_init(&o, sv[1], outfd, go[0]));
+		_exit(run_init(o, sv[1], outfd, go[0]));
 	}
 	g_init_pid = init;
 	close(sv[1]);
@@ -181,19 +184,34 @@ int main(int argc, char **argv)
 	if (write(go[1], "g", 1) != 1)
 		die("starting the copy", errno);
 	close(go[1]);
+	*sock = sv[0];
+	return init;
+}
+
+int main(int argc, char **argv)
+{
+	struct spec_opts o = {
+		.root = "/", .cwd = NULL, .copy_output = NULL, .ra_max = 1ULL << 20,
+		.budget = 512ULL << 20, .data_max = 2ULL << 30, .tmpfs_mb = 64, .workers = 4,
+		.notify = 1, .io_idle = 0, .envp = environ,
+	};
+	int sock, ex = parse_options(argc, argv, &o);
+	if (ex >= 0)
+		return ex;
+	pid_t init = start_init(&o, &sock);
 	printf("P %d\n", init);  /* host pid of the namespace's init: the handle to freeze or kill it */
 	fflush(stdout);
 
 	int rc = 0;
 	if (o.notify) {
 		int listener;
-		rc = fd_recv(sv[0], &listener);
+		rc = fd_recv(sock, &listener);
 		if (rc == 0) {
 			rc = notify_serve(listener, init, &o);
 			close(listener);
 		}
 	}
-	close(sv[0]);
+	close(sock);
 	int st = 0;
 	while (waitpid(init, &st, 0) < 0 && errno == EINTR)
 		;

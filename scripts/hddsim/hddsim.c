@@ -334,7 +334,9 @@ static int parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* Fills g.profile, g.image, *hp and *sp from argv. Returns -1 to go on, or the exit code
+ * (help, bad usage or value). */
+static int parse_options(int argc, char **argv, struct hdd_params *hp, struct ssd_params *sp)
 {
 	static const struct option longopts[] = {
 		{ "profile", required_argument, 0, 'p' }, { "image", required_argument, 0, 'i' },
@@ -347,15 +349,10 @@ int main(int argc, char **argv)
 		{ "ssd-rate-mbs", required_argument, 0, 'S' }, { "ssd-channels", required_argument, 0, 'C' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
-	struct hdd_params hp;
-	struct ssd_params sp;
 	uint64_t cache_kb = 0;
 	int opt, err = 0, have_profile = 0;
 	double channels = 0;
-	struct stat st;
 
-	hdd_default_params(&hp);
-	ssd_default_params(&sp);
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'p':
@@ -368,20 +365,20 @@ int main(int argc, char **argv)
 				err = -EINVAL;
 			break;
 		case 'i': g.image = optarg; break;
-		case 's': err = parse_u64(optarg, &hp.stroke_bytes); break;
-		case 'o': err = parse_u64(optarg, &hp.offset_bytes); break;
-		case 'r': err = parse_double(optarg, 1, &hp.rpm); break;
-		case 'R': err = parse_double(optarg, 1e6, &hp.rate_bps); break;
-		case 'I': err = parse_double(optarg, 1e6, &hp.iface_bps); break;
-		case 't': err = parse_double(optarg, 1e6, &hp.track_seek_ns); break;
-		case 'a': err = parse_double(optarg, 1e6, &hp.avg_seek_ns); break;
-		case 'f': err = parse_double(optarg, 1e6, &hp.full_seek_ns); break;
-		case 'k': err = parse_double(optarg, 1, &hp.knee); break;
-		case 'O': err = parse_double(optarg, 1e3, &hp.overhead_ns); break;
-		case 'c': err = parse_u64(optarg, &cache_kb); if (!err) hp.cache_bytes = cache_kb * 1024; break;
-		case 'L': err = parse_double(optarg, 1e3, &sp.latency_ns); break;
-		case 'S': err = parse_double(optarg, 1e6, &sp.rate_bps); break;
-		case 'C': err = parse_double(optarg, 1, &channels); sp.channels = (int)channels; break;
+		case 's': err = parse_u64(optarg, &hp->stroke_bytes); break;
+		case 'o': err = parse_u64(optarg, &hp->offset_bytes); break;
+		case 'r': err = parse_double(optarg, 1, &hp->rpm); break;
+		case 'R': err = parse_double(optarg, 1e6, &hp->rate_bps); break;
+		case 'I': err = parse_double(optarg, 1e6, &hp->iface_bps); break;
+		case 't': err = parse_double(optarg, 1e6, &hp->track_seek_ns); break;
+		case 'a': err = parse_double(optarg, 1e6, &hp->avg_seek_ns); break;
+		case 'f': err = parse_double(optarg, 1e6, &hp->full_seek_ns); break;
+		case 'k': err = parse_double(optarg, 1, &hp->knee); break;
+		case 'O': err = parse_double(optarg, 1e3, &hp->overhead_ns); break;
+		case 'c': err = parse_u64(optarg, &cache_kb); if (!err) hp->cache_bytes = cache_kb * 1024; break;
+		case 'L': err = parse_double(optarg, 1e3, &sp->latency_ns); break;
+		case 'S': err = parse_double(optarg, 1e6, &sp->rate_bps); break;
+		case 'C': err = parse_double(optarg, 1, &channels); sp->channels = (int)channels; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -394,6 +391,16 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	return -1;
+}
+
+/* Open the image and set up the profile's model over it. Returns 0, or the exit code (the
+ * image closed again). */
+static int open_model(struct hdd_params *hp, const struct ssd_params *sp)
+{
+	struct stat st;
+	int err;
+
 	g.fd = open(g.image, O_RDWR | O_CLOEXEC);
 	if (g.fd < 0 || fstat(g.fd, &st) < 0) {
 		fprintf(stderr, "hddsim: cannot open image %s: %s\n", g.image, strerror(errno));
@@ -402,19 +409,19 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	g.size = (uint64_t)st.st_size;
-	if (!hp.stroke_bytes)
-		hp.stroke_bytes = g.size + hp.offset_bytes;
+	if (!hp->stroke_bytes)
+		hp->stroke_bytes = g.size + hp->offset_bytes;
 	if (g.profile == PROFILE_HDD) {
-		if (hp.offset_bytes + g.size > hp.stroke_bytes) {
+		if (hp->offset_bytes + g.size > hp->stroke_bytes) {
 			fprintf(stderr, "hddsim: image (%llu bytes at offset %llu) does not fit in the stroke (%llu bytes): raise --stroke-bytes\n",
-				(unsigned long long)g.size, (unsigned long long)hp.offset_bytes,
-				(unsigned long long)hp.stroke_bytes);
+				(unsigned long long)g.size, (unsigned long long)hp->offset_bytes,
+				(unsigned long long)hp->stroke_bytes);
 			close(g.fd);
 			return 2;
 		}
-		err = hdd_init(&g.hdd, &hp);
+		err = hdd_init(&g.hdd, hp);
 	} else {
-		err = ssd_init(&g.ssd, &sp);
+		err = ssd_init(&g.ssd, sp);
 	}
 	if (err) {
 		fprintf(stderr, "hddsim: the model parameters describe no possible drive (%s): need "
@@ -422,6 +429,22 @@ int main(int argc, char **argv)
 		close(g.fd);
 		return 2;
 	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct hdd_params hp;
+	struct ssd_params sp;
+
+	hdd_default_params(&hp);
+	ssd_default_params(&sp);
+	int ex = parse_options(argc, argv, &hp, &sp);
+	if (ex >= 0)
+		return ex;
+	ex = open_model(&hp, &sp);
+	if (ex)
+		return ex;
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 
 	char fsname[4200];
