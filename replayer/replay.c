@@ -237,13 +237,13 @@ static int alloc_state(struct ctx *c, uint32_t **order)
 	st->nsegs = c->o->mode == MODE_SEGMENTED ? s->nsegments : 1;
 	st->segs = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->segs));
 	st->outside_at_open = malloc((s->nfiles ? s->nfiles : 1) * sizeof(*st->outside_at_open));
-	if (!*order || !c->fds || !c->ever_opened || !st->segs || !st->outside_at_open)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < s->nfiles; i++) {
+	/* each filled in as soon as it exists: on -ENOMEM replay_run still closes c->fds, and the
+	 * exit check still reads outside_at_open */
+	for (uint32_t i = 0; c->fds && i < s->nfiles; i++)
 		c->fds[i] = FD_UNOPENED;
+	for (uint32_t i = 0; st->outside_at_open && i < s->nfiles; i++)
 		st->outside_at_open[i] = UNMEASURED;
-	}
-	return 0;
+	return *order && c->fds && c->ever_opened && st->segs && st->outside_at_open ? 0 : -ENOMEM;
 }
 
 /* Many files stay open at once; use the hard limit (falls back to closing on EMFILE). */
