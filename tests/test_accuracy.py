@@ -16,6 +16,7 @@ from conftest import REPO, have_loop, have_tracefs, require
 from replay_helpers import cached_pages, evict, file_range, make_app, save, scheduled_file
 from warmstart.db import open_db
 from warmstart.db.launches import list_launches
+from warmstart.recorder.events import parse_lines
 from warmstart.replay.pageuse import PAGE, used_pages
 from warmstart.replay.runner import LaunchOptions, Prefetch, run_launch
 
@@ -144,6 +145,6 @@ def test_used_pages_follows_the_tree_and_the_window():
         b"  python3-100 [000] ..... 10.005000: mm_filemap_get_pages: dev=7:1 ino=e ofs=0-4095",
         b"  cat-201 [001] ..... 99.000000: mm_filemap_get_pages: dev=7:1 ino=f ofs=0-4095",
     ]
-    used, n = used_pages(lines, 200, 10_000_000_000, 11_000_000_000)
+    used, n = used_pages(parse_lines(lines), 200, 10_000_000_000, 11_000_000_000)
     dev = os.makedev(7, 1)
     assert used == {(dev, 0xc): {0, 1, 4, 5}, (dev, 0xd): {1}} and n == 3

@@ -155,6 +155,9 @@ BODIES = st.one_of(
     st.builds(lambda a, b, ino, ofs, order: b"dev %d:%d ino %x pfn=0x1 ofs=%d order=%d" % (a, b, ino, ofs, order),
               BIG, BIG, BIG, BIG, BIG),
     st.builds(lambda a, b, ino, lo, hi: b"dev=%d:%d ino=%x ofs=%d-%d" % (a, b, ino, lo, hi), BIG, BIG, BIG, BIG, BIG),
+    st.builds(lambda c, p, cc, ch: b"comm=%s pid=%d child_comm=%s child_pid=%d" % (c, p, cc, ch),
+              st.binary(max_size=16).map(lambda b: b.replace(b"\n", b" ")), BIG,
+              st.binary(max_size=16).map(lambda b: b.replace(b"\n", b" ")), BIG),
     st.binary(max_size=80).map(lambda b: b.replace(b"\n", b" ")),  # lines are split on newlines
 )
 EVENT_NAMES = st.sampled_from([b"block_rq_issue", b"block_bio_queue", b"block_rq_complete",
@@ -168,14 +171,15 @@ EVENT_NAMES = st.sampled_from([b"block_rq_issue", b"block_bio_queue", b"block_rq
 def test_trace_line_parsers_never_crash(lines):
     """A line from trace_pipe is the kernel's, but a corrupt or unexpected one (another kernel's
     format, numbers past 64 bits) must not stop a recording: it is skipped."""
-    from warmstart.recorder import events
+    from warmstart.recorder import events, tasks
     evs = [events.parse_line(b"  python3-1234    [001] d..1.  1234.567890: %s: %s" % (name, body))
            for name, body in lines]
     assert all(ev is not None for ev in evs)  # the frame parses: the body is what is tested
     events.assemble_requests(evs)
     for ev in evs:
         events.filemap_pages(ev.body)
-        events.kv(ev.body)
+        tasks.fork_of(ev)
+    tasks.build_tree(evs, 1234, 0, 1 << 62)
 
 
 def test_wsr_writer_and_reader_agree_on_a_struct_level_seed():

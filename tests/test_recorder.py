@@ -17,6 +17,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -366,3 +367,101 @@ def test_cli_record_json(emu_hdd, synth, tmp_path, needs_tracefs):
     lst = subprocess.run([sys.executable, "-m", "warmstart", "recordings", "cli", "--json"], env=env,
                          capture_output=True)
     assert [x["app"] for x in json.loads(lst.stdout)] == ["cli", "cli"]
+
+
+# ---- the tracing API every user shares (recorder/tracefs.py, tasks.py) ------------------------
+
+def _uncached_file(path: Path, size=256 * 1024) -> Path:
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    return path
+
+
+def test_instance_events_while_tracing_and_the_traced_commands_tree(tmp_path, needs_tracefs):
+    """take() gives parsed events while tracing (speculation reads them so) and the rest after
+    stop(); the fork events give the tree of the traced command; leaving the `with` removes it."""
+    from warmstart.recorder.events import filemap_pages
+    from warmstart.recorder.tasks import Forks
+    from warmstart.recorder.tracefs import Instance
+    data = _uncached_file(tmp_path / "data")
+    root = tracefs_root()
+    t0 = time.monotonic_ns()
+    with Instance(root, "probe", ("sched/sched_process_fork", "filemap/mm_filemap_get_pages"),
+                  options=("event-fork",), event_pids=[threading.get_native_id()]) as inst:
+        inst.start()
+        # sh forks a cat, and a subshell that runs another cat: both readers are in sh's tree
+        p = subprocess.Popen(["sh", "-c", f"cat {data} >/dev/null; (cat {data} >/dev/null; true)"])
+        p.wait()
+        during, deadline = [], time.monotonic() + 5
+        while time.monotonic() < deadline and not any(ev.name == "mm_filemap_get_pages" for ev in during):
+            during += inst.take()
+            time.sleep(0.02)
+        inst.stop()
+        after = inst.take()
+        assert inst.take() == []
+        assert (root / "instances" / inst.name).exists()
+    t1 = time.monotonic_ns()
+    assert not (root / "instances" / inst.name).exists()
+    assert during, "no event came while tracing"
+    events = during + after
+    tree = Forks(events).tree(p.pid)
+    assert tree[p.pid][0] == threading.get_native_id()   # forked by this thread
+    ino = os.stat(data).st_ino
+    readers = {ev.tid for ev in events if ev.name == "mm_filemap_get_pages"
+               and (filemap_pages(ev.body) or (0, 0))[1] == ino}
+    assert len(readers) == 2 and readers <= set(tree) and p.pid not in readers, (readers, tree)
+    assert all(t0 <= ev.ts_ns <= t1 for ev in events if ev.tid in tree)   # CLOCK_MONOTONIC
+
+
+def test_record_running_records_a_process_started_before_it(tmp_path, needs_tracefs):
+    """The hook learner's recording: a process held before its work, released by ready()."""
+    import contextlib
+    from warmstart.recorder.recorder import record_running
+    data = _uncached_file(tmp_path / "data")
+    db = tmp_path / "w.db"
+    argv = ["sh", "-c", f"read go; cat {data} >/dev/null"]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE)
+    released = []
+
+    def ready():
+        released.append(time.monotonic())
+        p.stdin.write(b"go\n")
+        p.stdin.close()
+
+    rid = record_running(lambda: contextlib.closing(open_db(db)), "running", p.pid, b"/bin/sh", argv,
+                         RecordOptions(timeout=20), cold="none (test)", ready=ready,
+                         stopping=threading.Event(), say=lambda m: None)
+    p.wait()
+    assert len(released) == 1
+    assert not [n for n in list_our_instances() if n.startswith(f"warmstart-rec-{os.getpid()}-")]
+    conn = open_db(db)
+    row = store.get_recording(conn, rid)
+    assert row["cold_method"] == "none (test)" and row["end_reason"] == "exit"
+    procs = {pr.pid: pr for pr in store.load_processes(conn, rid)}
+    cat = [pr for pr in procs.values() if pr.ppid == p.pid]
+    assert p.pid in procs and len(cat) == 1 and cat[0].exec_path.endswith(b"/cat"), procs
+    st = os.stat(data)
+    adds = [a for a in store.load_page_cache_adds(conn, rid) if (a.dev, a.ino) == (st.st_dev, st.st_ino)]
+    assert sum(a.nr_pages for a in adds) == st.st_size // 4096
+    assert os.fsencode(data) in {f.path for f in store.load_recording_files(conn, rid)}
+
+
+def test_record_running_stores_nothing_when_the_process_does_not_exit(tmp_path, needs_tracefs):
+    from warmstart.recorder.recorder import record_running
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(WarmstartError, match="not stored"):
+            record_running(lambda: pytest.fail("opened the database"), "never", p.pid, b"/bin/sleep",
+                           ["sleep", "30"], RecordOptions(timeout=0.5), cold="none", ready=lambda: None,
+                           stopping=threading.Event(), say=lambda m: None)
+    finally:
+        p.kill()
+        p.wait()
+    assert not [n for n in list_our_instances() if n.startswith(f"warmstart-rec-{os.getpid()}-")]
+    with pytest.raises(WarmstartError, match="gone before tracing"):
+        record_running(lambda: pytest.fail("opened the database"), "never", p.pid, b"/bin/sleep",
+                       ["sleep", "30"], RecordOptions(), cold="none", ready=lambda: None,
+                       stopping=threading.Event(), say=lambda m: None)

@@ -11,7 +11,8 @@ from warmstart.speculate.online import (JUDGE_MIN_PAGES, SLOW_START_PAGES, Onlin
                                         competitive_depth_pages, merge_runs)
 from warmstart.speculate.preresolve import Elf, launch_files, read_ld_cache, resolve_in_root
 from warmstart.speculate.sandbox import split_chroot
-from warmstart.speculate.tracer import PageEvent, parse_line
+from warmstart.recorder.events import parse_lines
+from warmstart.speculate.tracer import PageEvent, Tracer, page_events
 
 
 def ev(first, n=1, kind="miss", key=(7, 42)):
@@ -84,14 +85,16 @@ def test_feedback_raises_aggressiveness_on_linear_misses(tmp_path):
 
 
 def test_parse_trace_lines():
-    parents = {}
-    e = parse_line(b"  python3-1234  [001] ..... 12.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a "
-                   b"pfn=0x1234 ofs=8192 order=2", parents)
-    assert (e.kind, e.dev, e.ino, e.first, e.npages, e.pid) == ("miss", os.makedev(7, 3), 0x1a, 2, 4, 1234)
-    e = parse_line(b" sh-9 [000] ..... 1.0: mm_filemap_get_pages: dev=8:1 ino=ff ofs=4096-16383", parents)
-    assert (e.kind, e.first, e.npages) == ("read", 1, 3)
-    parse_line(b" sh-9 [000] ..... 1.0: sched_process_fork: comm=sh pid=9 child_comm=sh child_pid=10", parents)
-    assert parents == {10: 9}
+    evs = parse_lines([
+        b"  python3-1234  [001] ..... 12.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0x1234 ofs=8192 order=2",
+        b" sh-9 [000] ..... 13.0: sched_process_fork: comm=sh pid=9 child_comm=sh child_pid=10",
+        b" sh-10 [000] ..... 13.5: mm_filemap_get_pages: dev=8:1 ino=ff ofs=4096-16383"])
+    miss, read = page_events(evs)
+    assert (miss.kind, miss.dev, miss.ino, miss.first, miss.npages, miss.pid) == ("miss", os.makedev(7, 3), 0x1a, 2, 4, 1234)
+    assert (read.kind, read.first, read.npages, read.pid, read.t) == ("read", 1, 3, 10, 13.5)
+    tracer = Tracer()
+    tracer.forks.add(evs)
+    assert tracer.tree(9) == {9, 10} and tracer.tree(1234) == {1234}
 
 
 def test_split_chroot_of_emulated_disk_argv():

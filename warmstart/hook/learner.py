@@ -80,7 +80,7 @@ def parse_request(data: bytes):
 
 
 class Recorder(threading.Thread):
-    """Records one running process (from its held exec) with the tracefs recorder."""
+    """Records one running process (from its held exec) with recorder.record_running."""
 
     def __init__(self, learner, req, name, reply: socket.socket):
         super().__init__(daemon=True, name=f"record-{req['pid']}")
@@ -96,84 +96,21 @@ class Recorder(threading.Thread):
             self.reply = None
 
     def run(self):
-        from ..launching import LaunchResult, devices_of_paths
-        from ..recorder import recorder as rec
-        from ..recorder.backend import choose_backend
-        from ..recorder.events import parse_lines, split_lines
-        from ..recorder.tracefs import Instance, remove_stale_instances, tracefs_root
+        from ..recorder.recorder import RecordOptions, record_running
         req = self.req
-        pid = req["pid"]
+        opts = RecordOptions(cold="none", timeout=self.learner.cfg.learn_record_timeout_s)
+        rid, error = None, None
         try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            self._answer()
-            return self.learner.done(self.name, None, "process gone before tracing")
-        started_at, start_ns = time.time(), time.monotonic_ns()
-        opts = rec.RecordOptions(cold="none", timeout=self.learner.cfg.learn_record_timeout_s)
-        try:
-            root = tracefs_root()
-            remove_stale_instances(root)
-            watch = devices_of_paths([req["exe"]])
-            traced = backend_and_tasks(choose_backend, Instance, root, watch, pid, opts)
-            with traced as (backend, tasks):
-                self._answer()  # tracing runs: the daemon may release the exec
-                ready = selectors.DefaultSelector()
-                ready.register(pidfd, selectors.EVENT_READ)
-                deadline = time.monotonic() + opts.timeout
-                exited = False
-                while not exited and not self.learner.stopping.is_set() and time.monotonic() < deadline:
-                    exited = bool(ready.select(timeout=0.25))
-                end_ns = time.monotonic_ns()
-                backend.stop()
-                tasks.stop()
-                lost = backend.lost_events() + tasks.lost_events()
-                raw = backend.requests()
-                events = parse_lines(split_lines(tasks.chunks))
-            if not exited:
-                return self.learner.done(self.name, None, "not stored: the launch had not ended "
-                                         "(learner stopping, or learn_record_timeout_s reached)")
-            result = LaunchResult(pid=pid, start_ns=start_ns, end_ns=end_ns,
-                                  end_reason="exit" if exited else "timeout", exit_status=None,
-                                  devices=watch)
-            with self.learner.db() as conn:
-                argv = [os.fsdecode(a) for a in req["argv"]]
-                rid = rec._store(conn, self.name, argv, req["exe"], opts, result, raw, events, lost,
-                                 backend.name, "none (learned from a real launch)", started_at,
-                                 uses_traced=traced.uses_traced)
-            self.learner.done(self.name, rid, None)
+            # ready: tracing runs, the daemon may release the exec (answered in any case below)
+            rid = record_running(self.learner.db, self.name, req["pid"], req["exe"], req["argv"], opts,
+                                 cold="none (learned from a real launch)", ready=self._answer,
+                                 stopping=self.learner.stopping, say=_log)
+        except WarmstartError as e:
+            error = str(e)
         except Exception as e:  # a failed recording must not take the learner down
-            self._answer()
-            self.learner.done(self.name, None, f"{type(e).__name__}: {e}")
-        finally:
-            os.close(pidfd)
-
-
-class backend_and_tasks:
-    """Block backend + task-event instance seeded with the traced pid (event-fork adds children)."""
-
-    def __init__(self, choose_backend, Instance, root, watch, pid, opts):
-        from ..recorder.recorder import traced_task_events
-        self.backend = choose_backend(opts.backend, watch, root, _log)
-        events, self.uses_traced = traced_task_events(root)
-        self.tasks = Instance(root, "task", events, buffer_kb=opts.buffer_kb,
-                              options=("record-tgid", "event-fork"), event_pids=[pid])
-
-    def __enter__(self):
-        b = self.backend.__enter__()
-        try:
-            t = self.tasks.__enter__()
-            t.start()
-            b.start()
-        except BaseException:
-            self.backend.__exit__(None, None, None)
-            raise
-        return b, t
-
-    def __exit__(self, *exc):
-        try:
-            self.tasks.__exit__(*exc)
-        finally:
-            self.backend.__exit__(*exc)
+            error = f"{type(e).__name__}: {e}"
+        self._answer()
+        self.learner.done(self.name, rid, error)
 
 
 class Idle:

@@ -14,7 +14,7 @@ which a task of the tree queued a request or added a page to the page cache.
 
 import os
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .events import READAHEAD, RA_EVENTS, USE_EVENTS, Event, filemap_pages, makedev
 from ..devices import sysfs_path
@@ -78,6 +78,16 @@ def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
     """Pages the launch's tasks used, merged into runs per file (get_pages ranges are the request,
     not clipped to the file size: the analyzer only keeps pages the launch also read)."""
     spans: Dict[Tuple[int, int], List[Tuple[int, int]]] = {}
+    for dev, ino, first, n in used_spans(events, tree, start_ns, end_ns):
+        spans.setdefault((dev, ino), []).append((first, first + n - 1))
+    return [UsedRun(dev, ino, lo, hi - lo + 1)
+            for (dev, ino), lst in sorted(spans.items()) for lo, hi in merge_runs(lst)]
+
+
+def used_spans(events: Iterable[Event], tree: TaskTree, start_ns: int,
+               end_ns: int) -> Iterator[Tuple[int, int, int, int]]:
+    """(dev, ino, first page, pages) of each page-use event of the launch's tasks in [start_ns,
+    end_ns]: the recorder's page uses, and the page-use tracer's of a prefetched launch."""
     for ev in events:
         if ev.tid not in tree.tids or not (start_ns <= ev.ts_ns <= end_ns):
             continue
@@ -85,7 +95,7 @@ def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
             f = filemap_pages(ev.body)
             if f is None:
                 continue
-            dev, ino, first, n = f
+            yield f
         elif ev.name in RA_EVENTS:   # the pages a read() asked for (an mmap's: its whole window)
             m = READAHEAD.search(ev.body)
             if not m:
@@ -94,11 +104,7 @@ def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
             first, n = int(m.group(4)), max(1, int(m.group(5)))
             if dev is None or first + n + ino >= 1 << 63:
                 continue
-        else:
-            continue
-        spans.setdefault((dev, ino), []).append((first, first + n - 1))
-    return [UsedRun(dev, ino, lo, hi - lo + 1)
-            for (dev, ino), lst in sorted(spans.items()) for lo, hi in merge_runs(lst)]
+            yield dev, ino, first, n
 
 
 def merge_runs(spans: Iterable[Tuple[int, int]]) -> List[Tuple[int, int]]:

@@ -18,7 +18,6 @@ _LINE = re.compile(
     rb"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?P<event>\w+):\s(?P<body>.*)$")
 _DEV_SECTOR = re.compile(rb"^(\d+),(\d+) (\S+) (?:\d+ \([^)]*\) )?(\d+) \+ (\d+)")
 _DEV_SECTOR_COMPLETE = re.compile(rb"^(\d+),(\d+) (\S+) \([^)]*\) (\d+) \+ (\d+)")
-_KV = re.compile(rb"(\w+)=(\S*)")
 _BRACKET_COMM = re.compile(rb"\[(.*)\]\s*$")
 
 PAGE_SHIFT = 12
@@ -52,7 +51,7 @@ def _ns(sec: bytes, frac: bytes) -> int:
 
 def filemap_pages(body: bytes) -> Optional[Tuple[int, int, int, int]]:
     """(dev, ino, first page, number of pages) of a filemap event's body; None if it names none.
-    One parser for the recorder's page uses and the fallback's online tracer."""
+    The one parser of the filemap events' pages (page adds, page uses, page-use tracing, speculation)."""
     d, o = _DEV_INO.search(body), _OFS.search(body)
     if d is None or o is None:
         return None
@@ -86,16 +85,6 @@ def parse_line(line: bytes) -> Optional[Event]:
 def parse_lines(lines: Iterable[bytes]) -> List[Event]:
     """Events from trace_pipe lines; headers, comments and lines we do not know are skipped."""
     return [ev for ev in map(parse_line, lines) if ev is not None]
-
-
-def split_lines(chunks: Iterable[bytes]) -> List[bytes]:
-    return b"".join(chunks).split(b"\n")
-
-
-def kv(body: bytes) -> Dict[str, bytes]:
-    """key=value pairs of a sched event body (comm values may not contain spaces: use the ones
-    that matter, pids, which never do)."""
-    return {k.decode(): v for k, v in _KV.findall(body)}
 
 
 def makedev(major: bytes, minor: bytes) -> Optional[int]:

@@ -4,16 +4,21 @@ Order matters: the cache is made cold before tracing starts; tracing starts befo
 forked; tracing stops and its instances are removed before anything is resolved or written, so
 the recorder writes nothing to the traced devices while tracing. The recording is stored in one
 transaction at the very end, so any failure (or Ctrl-C) leaves nothing half-stored.
+
+record_once records a launch it starts; record_running one already started (the hook learner's,
+held at its exec by warmstartd). Both trace through LaunchTrace and store through
+store_recording.
 """
 
 import contextlib
 import os
 import resource
+import selectors
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
 
 from ..db import recordings as store
 from ..devices import block_name, sysfs_path
@@ -23,11 +28,11 @@ from . import coldcache
 from .attribution import is_block_dev, launch_devices, launch_requests, page_adds, page_uses
 from .backend import choose_backend
 from .cputime import CpuCurve, assign_cpu
-from .events import parse_lines, split_lines
-from ..model import Recording
+from .events import Event
+from ..model import BlockRequest, Recording
 from .resolve import resolve_inodes
 from .tasks import build_tree
-from .tracefs import Instance, remove_stale_instances, tracefs_root
+from .tracefs import Instance, clean_root
 
 TASK_EVENTS = ("sched/sched_process_fork", "sched/sched_process_exec", "sched/sched_process_exit",
                "sched/sched_stat_runtime", "filemap/mm_filemap_add_to_page_cache")
@@ -59,6 +64,56 @@ class RecordOptions:
     buffer_kb: int = 8192
     passthrough: bool = True
     warm_run: bool = True      # measure the warm launch's CPU once after the recording
+
+
+@dataclass
+class Trace:
+    """What tracing one launch gave: every block request on the system, the launch tree's task
+    events, the events lost, the block backend's name, whether page uses were traced."""
+    requests: List[BlockRequest]
+    task_events: List[Event]
+    lost_events: int
+    backend: str
+    uses_traced: bool
+
+
+class LaunchTrace:
+    """The tracing of one recorded launch: the block backend (every request on the system) and
+    the task instance (sched and filemap events of `seed` and everything it forks, event-fork).
+    `with LaunchTrace(...) as lt:` both run; lt.stop() gives the Trace; leaving the `with`
+    removes both, also on errors and Ctrl-C."""
+
+    def __init__(self, root, backend: str, devices: Sequence[int], seed: int, buffer_kb: int,
+                 say: Callable[[str], None]):
+        self.backend = choose_backend(backend, devices, root, say)
+        events, self.uses_traced = traced_task_events(root)
+        self.tasks = Instance(root, "task", events, buffer_kb=buffer_kb,
+                              options=("record-tgid", "event-fork"), event_pids=[seed])
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> "LaunchTrace":
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.backend)
+            stack.enter_context(self.tasks)
+            self.tasks.start()
+            self.backend.start()
+            self._stack = stack.pop_all()
+        return self
+
+    def check(self) -> None:
+        """Raise WarmstartError if tracing broke (called while the launch runs)."""
+        self.backend.check()
+        self.tasks.check()
+
+    def stop(self) -> Trace:
+        self.backend.stop()
+        self.tasks.stop()
+        return Trace(requests=self.backend.requests(), task_events=self.tasks.take(),
+                     lost_events=self.backend.lost_events() + self.tasks.lost_events(),
+                     backend=self.backend.name, uses_traced=self.uses_traced)
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
 
 
 class _SignalsAsInterrupt:
@@ -132,40 +187,61 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
         raise WarmstartError("recording needs root (tracefs, drop_caches): run it with sudo")
     argv = [os.fsdecode(a) for a in argv]
     executable = resolve_command(argv, opts.cwd, opts.env)
-    root = tracefs_root()
-    for stale in remove_stale_instances(root):
-        say(f"removed tracefs instance {stale} left by a recorder that died")
+    root = clean_root(say)
     watch = list(opts.devices) or devices_of_paths([os.fsencode(a) for a in argv] + [executable])
     prev_files, prev_ranges = _previous_for_evict(conn, name) if opts.cold == "evict" else ([], [])
     cold = coldcache.make_cold(opts.cold, prev_files, prev_ranges, say)
     started_at = time.time()
-    with _SignalsAsInterrupt(), contextlib.ExitStack() as stack:
-        backend = stack.enter_context(choose_backend(opts.backend, watch, root, say))
-        # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
-        # event-fork adds CMD (forked by this thread) and everything CMD forks
-        events, uses_traced = traced_task_events(root)
-        tasks = stack.enter_context(Instance(root, "task", events, buffer_kb=opts.buffer_kb,
-                                             options=("record-tgid", "event-fork"),
-                                             event_pids=[threading.get_native_id()]))
-        tasks.start()
-        backend.start()
-
-        def check():
-            backend.check()
-            tasks.check()
-
+    # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
+    # event-fork adds CMD (forked by this thread) and everything CMD forks
+    with _SignalsAsInterrupt(), LaunchTrace(root, opts.backend, watch, threading.get_native_id(),
+                                            opts.buffer_kb, say) as tracing:
         result: LaunchResult = launch(argv, opts.until, opts.timeout, cwd=opts.cwd, env=opts.env,
-                                      devices=watch, passthrough=opts.passthrough, keep_running=check)
-        backend.stop()
-        tasks.stop()
-        lost = backend.lost_events() + tasks.lost_events()
-        raw_requests = backend.requests()
-        task_events = parse_lines(split_lines(tasks.chunks))
-        tasks.chunks.clear()
+                                      devices=watch, passthrough=opts.passthrough, keep_running=tracing.check)
+        trace = tracing.stop()
     _refuse_bad_end(result, opts)
     warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
-    return _store(conn, name, argv, executable, opts, result, raw_requests, task_events,
-                  lost, backend.name, cold, started_at, warm_cpu, uses_traced=uses_traced)
+    return store_recording(conn, name, argv, executable, opts, result, trace, cold, started_at, warm_cpu)
+
+
+def record_running(db: Callable[[], ContextManager], name: str, pid: int, executable: bytes, argv: Sequence,
+                   opts: RecordOptions, cold: str, ready: Callable[[], None], stopping: threading.Event,
+                   say: Callable[[str], None] = print) -> int:
+    """Record process `pid`, already started (held at its exec, as warmstartd holds a launch
+    to learn), from now until it exits, as app `name`; returns the new recording's id.
+
+    The cache is left as it is (`cold` says how it was). ready() is called once tracing runs:
+    the exec may be released then. db() gives a connection (as a context manager), opened only
+    to store. Raises WarmstartError, storing nothing, when the process is gone before tracing
+    starts, or has not exited after opts.timeout or when `stopping` is set."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as e:
+        raise WarmstartError(f"process {pid} gone before tracing ({e.strerror})")
+    try:
+        started_at, start_ns = time.time(), time.monotonic_ns()
+        root = clean_root(say)
+        watch = list(opts.devices) or devices_of_paths([executable])
+        with LaunchTrace(root, opts.backend, watch, pid, opts.buffer_kb, say) as tracing, \
+                selectors.DefaultSelector() as exit_seen:
+            ready()
+            exit_seen.register(pidfd, selectors.EVENT_READ)
+            deadline = time.monotonic() + opts.timeout
+            exited = False
+            while not exited and not stopping.is_set() and time.monotonic() < deadline:
+                tracing.check()
+                exited = bool(exit_seen.select(timeout=0.25))
+            end_ns = time.monotonic_ns()
+            trace = tracing.stop()
+    finally:
+        os.close(pidfd)
+    if not exited:
+        raise WarmstartError(f"not stored: process {pid} had not exited after {opts.timeout:g} s, "
+                             f"or the recording was stopped")
+    result = LaunchResult(pid=pid, start_ns=start_ns, end_ns=end_ns, end_reason="exit", exit_status=None,
+                          devices=watch)
+    with db() as conn:
+        return store_recording(conn, name, argv, executable, opts, result, trace, cold, started_at)
 
 
 def _warm_cpu_s(argv, opts: RecordOptions, traced: LaunchResult, devices, say) -> Optional[float]:
@@ -199,8 +275,14 @@ def _refuse_bad_end(result: LaunchResult, opts: RecordOptions) -> None:
                              f"--allow-failure to record it anyway")
 
 
-def _store(conn, name, argv, executable, opts, result, raw_requests, task_events, lost, backend_name,
-           cold, started_at, warm_cpu_s=None, uses_traced=False) -> int:
+def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: RecordOptions,
+                    result: LaunchResult, trace: Trace, cold: str, started_at: float,
+                    warm_cpu_s: Optional[float] = None) -> int:
+    """Attribute the trace to the launch (its tree, window and devices), resolve its files and
+    store it as a recording of app `name` in one transaction; returns its id."""
+    argv = [os.fsdecode(a) for a in argv]
+    raw_requests, task_events, backend_name = trace.requests, trace.task_events, trace.backend
+    lost, uses_traced = trace.lost_events, trace.uses_traced
     start, end = result.start_ns, result.end_ns
     tree = build_tree(task_events, result.pid, start, end)
     adds = page_adds(task_events, tree, start, end)

@@ -8,15 +8,21 @@ event at t with runtime r means the task ran over [t - r, t]. sched_switch pairs
 same intervals, but on this kernel (6.18) a task woken from a softirq on an idle CPU starts to
 run with no sched_switch at all (24-27 times in each of 12 traced synthetic launches), so switch
 pairs lost up to half of a launch's CPU time (docs/recording.md).
+
+Forks is the one process tree of a traced command: the recorder's, the page-use tracer's and
+speculation's (fed as their events arrive).
 """
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .events import Event, kv
+from .events import Event
 from ..model import Process
 
+# "comm=%s pid=%d child_comm=%s child_pid=%d": anchored at the end, as a comm may hold anything
+# (but not " pid=N child_comm=", 18 characters: a comm has at most 15)
+_FORK = re.compile(rb"^comm=.* pid=(\d+) child_comm=.* child_pid=(\d+)\s*$", re.S)
 _RUNTIME = re.compile(rb"pid=(\d+) runtime=(\d+)")
 _EXEC = re.compile(rb"^filename=(.*) pid=(\d+) old_pid=(\d+)$", re.S)
 _EXIT = re.compile(rb"pid=(\d+) prio=\S+ group_dead=(\w+)")
@@ -34,23 +40,50 @@ class TaskTree:
         return self.tgid_of.get(tid, tid)
 
 
+def fork_of(ev: Event) -> Optional[Tuple[int, int]]:
+    """(parent tid, child tid) of a sched_process_fork event; None for any other event."""
+    if ev.name != "sched_process_fork":
+        return None
+    m = _FORK.match(ev.body)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class Forks:
+    """Who forked whom, in trace order; add() events as they come (any events: forks are kept)."""
+
+    def __init__(self, events: Iterable[Event] = ()):
+        self._forks: List[Tuple[int, int, int]] = []   # (time ns, parent tid, child tid)
+        self.add(events)
+
+    def add(self, events: Iterable[Event]) -> None:
+        for ev in events:
+            f = fork_of(ev)
+            if f is not None:
+                self._forks.append((ev.ts_ns, *f))
+
+    def tree(self, root: int) -> Dict[int, Tuple[Optional[int], Optional[int]]]:
+        """{tid: (parent tid, fork time)} of root and every task forked by a task of the tree
+        after that task joined it (threads too: clone(CLONE_THREAD) is a fork here); root's
+        entry is its own fork if it was traced, else (None, None)."""
+        members: Dict[int, Tuple[Optional[int], Optional[int]]] = {root: (None, None)}
+        for t, p, c in self._forks:
+            if c == root:
+                members[root] = (p, t)
+            elif p in members:
+                members[c] = (p, t)
+        return members
+
+
 def build_tree(events: Sequence[Event], root: int, start_ns: int, end_ns: int) -> TaskTree:
     """Tree, processes and on-CPU intervals (clipped to [start_ns, end_ns]) of the launch."""
-    tree = TaskTree(root=root, tids={root})
-    parent: Dict[int, int] = {}
-    started: Dict[int, int] = {root: start_ns}
+    members = Forks(events).tree(root)
+    tree = TaskTree(root=root, tids=set(members))
+    parent: Dict[int, int] = {c: p for c, (p, _) in members.items() if c != root}
+    started: Dict[int, int] = {c: t for c, (_, t) in members.items() if t is not None}
+    started.setdefault(root, start_ns)
     for ev in events:
         if ev.tgid is not None and ev.tid:
             tree.tgid_of.setdefault(ev.tid, ev.tgid)
-        if ev.name == "sched_process_fork":
-            f = kv(ev.body)
-            p, c = int(f.get("pid", b"-1")), int(f.get("child_pid", b"-1"))
-            if c == root:
-                started[root] = ev.ts_ns
-            elif p in tree.tids:
-                tree.tids.add(c)
-                parent[c] = p
-                started[c] = ev.ts_ns
     # processes (tgid) with exec paths and exit times
     for tid in tree.tids:
         tg = tree.tgid(tid)

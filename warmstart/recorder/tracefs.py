@@ -1,9 +1,15 @@
 """tracefs instances as guard objects: created with our settings, read concurrently, removed.
 
+The one way warmstart traces (the recorder's block and task instances, the learner's recording,
+the bench sampler, page-use tracing, speculation): `with Instance(root, role, events,
+event_pids=[seed], options=("event-fork",)) as inst:` inst.start() ... inst.take() (the parsed
+events.Event list since the last take, also while tracing) ... inst.stop(); the process tree of
+the traced command comes from those events (tasks.Forks / tasks.build_tree).
+
 Each instance is a private ring buffer (instances/warmstart-rec-<pid>-<role>), so the global
 buffer and other users' instances are left alone. A reader thread drains trace_pipe while the
 launch runs so the buffer does not overflow; per-CPU `stats` give the events lost anyway.
-Instances left behind by a recorder that was killed are removed by remove_stale_instances().
+Instances left behind by a process that was killed are removed by remove_stale_instances().
 """
 
 import errno
@@ -12,9 +18,10 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from ..errors import WarmstartError
+from .events import Event, parse_lines
 
 TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 PREFIX = "warmstart-rec-"
@@ -84,6 +91,14 @@ def remove_stale_instances(root: Path) -> List[str]:
     return removed
 
 
+def clean_root(say: Callable[[str], None]) -> Path:
+    """tracefs_root(), with the instances of processes that died removed (each one said)."""
+    root = tracefs_root()
+    for stale in remove_stale_instances(root):
+        say(f"removed tracefs instance {stale} left by a process that died")
+    return root
+
+
 def list_our_instances(root: Optional[Path] = None) -> List[str]:
     root = root or _mounted_root()
     if root is None:
@@ -92,7 +107,12 @@ def list_our_instances(root: Optional[Path] = None) -> List[str]:
 
 
 class Instance:
-    """One tracefs instance: `with Instance(root, role, events, ...) as inst:` ... inst.stop()."""
+    """One tracefs instance: `with Instance(root, role, events, ...) as inst:` inst.start(),
+    inst.take() as often as wanted, inst.stop(); leaving the `with` removes it, also on errors.
+
+    events: "system/event" names; options: tracefs options to set (record-tgid, event-fork);
+    event_pids: only these tasks (and, with event-fork, what they fork) are traced;
+    filters: {event: filter expression} applied in the kernel."""
 
     def __init__(self, root: Path, role: str, events: Sequence[str], buffer_kb: int = 8192,
                  options: Sequence[str] = (), event_pids: Sequence[int] = (), filters=None):
@@ -104,7 +124,8 @@ class Instance:
         self.options = list(options)
         self.event_pids = list(event_pids)
         self.filters = dict(filters or {})
-        self.chunks: List[bytes] = []
+        self._chunks: List[bytes] = []   # read, not yet taken
+        self._read_lock = threading.Lock()  # a read and its append, in trace order
         self._fd: Optional[int] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -120,6 +141,11 @@ class Instance:
                                  f"is this event or option available in this kernel?")
 
     def __enter__(self):
+        for ev in self.events:
+            if not (self.root / "events" / ev).is_dir():
+                raise WarmstartError(f"this kernel has no tracepoint {ev} ({self.root / 'events' / ev} is "
+                                     f"missing): it needs a kernel built with it (CONFIG_TRACING and the "
+                                     f"subsystem's tracepoints)")
         try:
             os.mkdir(self.path)
         except FileExistsError:
@@ -152,18 +178,33 @@ class Instance:
 
     # -- reading --------------------------------------------------------------------------
     def _drain(self) -> None:
-        while True:
-            try:
-                data = os.read(self._fd, 1 << 20)
-            except BlockingIOError:
-                return
-            except OSError as e:
-                if e.errno == errno.EINTR:
-                    continue
-                raise
-            if not data:
-                return
-            self.chunks.append(data)
+        with self._read_lock:
+            while self._fd is not None:
+                try:
+                    data = os.read(self._fd, 1 << 20)
+                except BlockingIOError:
+                    return
+                except OSError as e:
+                    if e.errno == errno.EINTR:
+                        continue
+                    raise
+                if not data:
+                    return
+                self._chunks.append(data)
+
+    def take(self) -> List[Event]:
+        """The events read since the last take, in trace order (the reader thread's and what the
+        ring buffer holds now). While tracing, a line not yet complete waits for the next take;
+        after stop() everything is returned."""
+        if self.reading:
+            self._drain()
+        with self._read_lock:
+            data, self._chunks = b"".join(self._chunks), []
+            if self.reading:
+                data, _, rest = data.rpartition(b"\n")
+                if rest:
+                    self._chunks.append(rest)
+        return parse_lines(data.split(b"\n"))
 
     def _read_loop(self) -> None:
         # Drain on a fixed period, not on every wake-up: a select() on trace_pipe wakes this
@@ -215,9 +256,10 @@ class Instance:
         if self._thread is not None:
             self._thread.join(timeout=2)
             self._thread = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._read_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
         if self.path.exists():
             try:
                 with open(self.path / "tracing_on", "w") as f:

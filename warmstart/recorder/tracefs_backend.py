@@ -5,10 +5,10 @@ launch's behalf must be seen too; attribution.py keeps only the launch's request
 """
 
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from .backend import BlockBackend
-from .events import assemble_requests, parse_lines, split_lines
+from .events import assemble_requests
 from ..model import BlockRequest
 from .tracefs import Instance
 
@@ -20,6 +20,7 @@ class TracefsBlockBackend(BlockBackend):
 
     def __init__(self, root: Path, buffer_kb: int = 8192):
         self.instance = Instance(root, "blk", BLOCK_EVENTS, buffer_kb=buffer_kb, options=("record-tgid",))
+        self._requests: Optional[List[BlockRequest]] = None
 
     def __enter__(self):
         self.instance.__enter__()
@@ -42,4 +43,6 @@ class TracefsBlockBackend(BlockBackend):
         return self.instance.lost_events()
 
     def requests(self) -> List[BlockRequest]:
-        return assemble_requests(parse_lines(split_lines(self.instance.chunks)))
+        if self._requests is None:
+            self._requests = assemble_requests(self.instance.take())
+        return self._requests

@@ -15,7 +15,8 @@ to the file size: we clip it), mm_filemap_map_pages for fault-around of a mappin
 clipped to the VMA and the file end), mm_filemap_fault for a page fault that fault-around did
 not satisfy. The instance follows this thread and what it forks (set_event_pid + event-fork)
 and keeps only the schedule's devices (an s_dev filter), both in the kernel; the launch's tree
-and time window are picked out afterwards, so the replayer's own reads never count as use.
+and time window are picked out afterwards (as the recorder picks its page uses:
+attribution.used_spans of tasks.build_tree), so the replayer's own reads never count as use.
 """
 
 import os
@@ -23,6 +24,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
+from ..recorder.events import Event
 from ..recorder.tracefs import Instance, tracefs_root
 
 PAGE = 4096
@@ -92,25 +94,16 @@ def prefetched_pages(schedule) -> Tuple[Pages, Dict[Tuple[int, int], int]]:
     return pages, sizes
 
 
-def used_pages(lines: Iterable[bytes], root_pid: int, start_ns: int, end_ns: int) -> Tuple[Pages, int]:
-    """Pages the tree of root_pid touched in [start_ns, end_ns] (index ranges not yet clipped),
-    and the number of use events counted."""
-    from ..speculate.tracer import parse_line  # only when use was traced: keeps `run` quick to start
-    parents: Dict[int, int] = {}
-    events = [e for e in (parse_line(line, parents) for line in lines) if e is not None]
-    tree, grew = {root_pid}, True
-    while grew:
-        grew = False
-        for child, parent in parents.items():
-            if parent in tree and child not in tree:
-                tree.add(child)
-                grew = True
+def used_pages(events: List[Event], root_pid: int, start_ns: int, end_ns: int) -> Tuple[Pages, int]:
+    """Pages the tree of root_pid touched in [start_ns, end_ns + 1 ms] (index ranges not yet
+    clipped), and the number of use events counted."""
+    from ..recorder.attribution import used_spans   # only when use was traced: keeps `run` quick to start
+    from ..recorder.tasks import build_tree
+    tree = build_tree(events, root_pid, start_ns, end_ns)
     out: Pages = {}
     n = 0
-    for e in events:
-        if e.kind == "miss" or e.pid not in tree or not (start_ns <= e.t * 1e9 <= end_ns + 1e6):
-            continue
-        out.setdefault((e.dev, e.ino), set()).update(range(e.first, e.first + e.npages))
+    for dev, ino, first, npages in used_spans(events, tree, start_ns, end_ns + 1_000_000):
+        out.setdefault((dev, ino), set()).update(range(first, first + npages))
         n += 1
     return out, n
 
@@ -137,9 +130,9 @@ def _sizes_near(wanted: Set[Tuple[int, int]], dirs: Iterable[bytes]) -> Dict[Tup
     return found
 
 
-def measure(schedule, lines: List[bytes], root_pid: int, start_ns: int, end_ns: int,
+def measure(schedule, events: List[Event], root_pid: int, start_ns: int, end_ns: int,
             stats: Optional[dict], lost: int) -> PageUse:
-    """PageUse of one launch from its trace lines and the replayer's stats."""
+    """PageUse of one launch from its trace events and the replayer's stats."""
     notes = []
     if stats is None or stats.get("status") != "ok":
         pre: Pages = {}
@@ -153,7 +146,7 @@ def measure(schedule, lines: List[bytes], root_pid: int, start_ns: int, end_ns: 
                      "counted as prefetched, so waste is an upper bound")
     if lost:
         notes.append(f"{lost} trace events lost: used is a lower bound")
-    raw, n = used_pages(lines, root_pid, start_ns, end_ns)
+    raw, n = used_pages(events, root_pid, start_ns, end_ns)
     unsched = {k for k in raw if k not in sizes}
     dirs = sorted({os.path.dirname(f.path) for f in schedule.files})
     sizes = {**sizes, **_sizes_near(unsched, dirs)} if unsched else sizes
@@ -205,8 +198,8 @@ class UseTracer:
         if self._inst is None:
             return None
         self.stop()
-        lines = b"".join(self._inst.chunks).split(b"\n")
-        return measure(self.schedule, lines, result.pid, result.start_ns, result.end_ns, stats, self._lost)
+        return measure(self.schedule, self._inst.take(), result.pid, result.start_ns, result.end_ns,
+                       stats, self._lost)
 
     def __exit__(self, *exc):
         if self._inst is not None:

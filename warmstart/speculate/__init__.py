@@ -5,5 +5,5 @@ pattern prefetcher, run alongside the first (cold) launch. See docs/speculation.
     r = run_fallback_launch(["python3", "-c", "import json"], mechanism="both")
     r.launch_time_s, r.accuracy, r.waste
 
-Nothing is imported here: other stages use speculate.tracer's parser without the rest.
+Nothing is imported here: importing one module does not load the rest.
 """

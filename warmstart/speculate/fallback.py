@@ -253,7 +253,8 @@ class _EventLog:
         app = self.finder.app_pid
         if app is None:
             return []
-        return [e for e in evs if self.tracer.root_of(e.pid, {app}) == app]
+        tree = self.tracer.tree(app)
+        return [e for e in evs if e.pid in tree]
 
 
 class _OnlineLoop:
@@ -322,9 +323,10 @@ def _account(result: FallbackResult, tracer, app_events, app_pid: int, pre, pref
     """Accuracy and waste per mechanism, from what the launch itself touched."""
     result.lost_events = tracer.lost
     used: Dict[Key, Set[int]] = {}
+    tree = tracer.tree(app_pid)
     for e in app_events:
         # used = what the launch itself touched (its reads, faults, mapped pages, misses)
-        if os.major(e.dev) == 0 or tracer.root_of(e.pid, {app_pid}) != app_pid:
+        if os.major(e.dev) == 0 or e.pid not in tree:
             continue
         used.setdefault((e.dev, e.ino), set()).update(range(e.first, e.first + e.npages))
     sources: Dict[str, Dict[Key, Set[int]]] = {"preresolve": pre, "online": prefetcher.prefetched if prefetcher else {}}

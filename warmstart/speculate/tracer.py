@@ -1,32 +1,30 @@
-"""Page-cache events of our own process tree from a private tracefs instance.
+"""Page-cache events of our own process tree, from the recorder's tracefs instance.
 
 One instance (`warmstart-rec-<pid>-spec`: the next recorder removes it if this process dies) with
 the filemap events (misses: add_to_page_cache; uses: get_pages for reads, fault and map_pages for
 mappings) and sched_process_fork, limited to this process and everything it starts
 (set_event_pid + event-fork), so the launch and the speculative copy are seen from their first
-instruction. Removed again on stop, also on error.
+instruction. Removed again on stop, also on error. The instance, the line and event parsers and
+the process tree are the recorder's (recorder/tracefs.py, events.py, tasks.py); this module only
+names the events for speculation.
 """
 
 import os
-import re
-import select
-import threading
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Iterable, List, Optional, Set
 
-from ..errors import WarmstartError
 from ..recorder import events
-from ..recorder.tracefs import instance_name, tracefs_root
+from ..recorder.tasks import Forks
+from ..recorder.tracefs import Instance, tracefs_root
 
 EVENTS = ("filemap/mm_filemap_add_to_page_cache", "filemap/mm_filemap_get_pages",
           "filemap/mm_filemap_fault", "filemap/mm_filemap_map_pages", "sched/sched_process_fork")
-FORK = re.compile(rb"pid=(\d+) child_comm=.* child_pid=(\d+)")
 PAGE = 4096
 
 
 @dataclass(frozen=True)
 class PageEvent:
-    t: float            # trace clock seconds
+    t: float            # trace clock (CLOCK_MONOTONIC) seconds
     pid: int            # thread that caused it
     kind: str           # miss | read | fault | map
     dev: int            # os.makedev(major, minor) of the file's superblock
@@ -39,134 +37,63 @@ KINDS = {"mm_filemap_add_to_page_cache": "miss", "mm_filemap_get_pages": "read",
          "mm_filemap_fault": "fault", "mm_filemap_map_pages": "map"}
 
 
-def parse_line(line: bytes, parents: Dict[int, int]) -> Optional[PageEvent]:
-    ev = events.parse_line(line)   # the recorder's trace_pipe line format, one parser for both
-    if ev is None:
-        return None
-    pid, t, name, rest = ev.tid, ev.ts_ns / 1e9, ev.name, ev.body
-    if name == "sched_process_fork":
-        f = FORK.search(rest)
-        if f:
-            parents[int(f.group(2))] = int(f.group(1))
-        return None
-    kind = KINDS.get(name)
-    pages = events.filemap_pages(rest) if kind is not None else None
-    if pages is None:
-        return None
-    return PageEvent(t, pid, kind, *pages)
+def page_events(evs: Iterable[events.Event]) -> List[PageEvent]:
+    """The filemap events among evs as PageEvents (other events are skipped)."""
+    out = []
+    for ev in evs:
+        kind = KINDS.get(ev.name)
+        pages = events.filemap_pages(ev.body) if kind is not None else None
+        if pages is not None:
+            out.append(PageEvent(ev.ts_ns / 1e9, ev.tid, kind, *pages))
+    return out
 
 
 class Tracer:
-    """Use as a context manager; `take()` returns the events parsed since the last call."""
+    """Use as a context manager; `take()` returns the events parsed since the last call,
+    tree(pid) the tasks pid and what it forked (from the fork events taken so far)."""
 
-    def __init__(self, name: Optional[str] = None, buffer_kb: int = 8192):
-        self.name = name or instance_name("spec")
-        self.dir = ""
+    def __init__(self, buffer_kb: int = 8192):
         self.buffer_kb = buffer_kb
-        self.parents: Dict[int, int] = {}
-        self._events: List[PageEvent] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._pipe = None
+        self.forks = Forks()
+        self._inst: Optional[Instance] = None
         self.lost = 0
 
-    def _w(self, rel: str, value: str) -> None:
-        with open(os.path.join(self.dir, rel), "w") as f:
-            f.write(value)
-
     def start(self) -> "Tracer":
-        root = tracefs_root()
-        if not os.path.isdir(root / "events" / "filemap"):
-            raise WarmstartError(f"no filemap events in {root}: this kernel lacks the filemap tracepoints")
-        self.dir = os.path.join(root, "instances", self.name)
+        self._inst = Instance(tracefs_root(), "spec", EVENTS, buffer_kb=self.buffer_kb,
+                              options=("event-fork",), event_pids=[os.getpid()])
+        self._inst.__enter__()
         try:
-            os.mkdir(self.dir)
-        except FileExistsError:
-            pass
-        except OSError as e:
-            raise WarmstartError(f"cannot create tracefs instance {self.dir}: {e.strerror}; run as root")
-        try:
-            self._w("buffer_size_kb", str(self.buffer_kb))
-            self._w("set_event_pid", str(os.getpid()))
-            self._w("options/event-fork", "1")
-            for ev in EVENTS:
-                self._w(f"events/{ev}/enable", "1")
-            self._pipe = os.open(os.path.join(self.dir, "trace_pipe"), os.O_RDONLY | os.O_NONBLOCK)
-            self._w("tracing_on", "1")
+            self._inst.start()
         except BaseException:
-            self.stop()
+            self._inst.close()
             raise
-        self._thread = threading.Thread(target=self._pump, daemon=True)
-        self._thread.start()
         return self
 
-    def _pump(self) -> None:
-        buf = b""
-        while True:
-            stopping = self._stop.is_set()
-            r, _, _ = select.select([self._pipe], [], [], 0.02)
-            chunk = b""
-            if r:
-                try:
-                    chunk = os.read(self._pipe, 1 << 16)
-                except BlockingIOError:
-                    pass
-            if chunk:
-                buf += chunk
-                lines = buf.split(b"\n")
-                buf = lines.pop()
-                evs = []
-                for line in lines:
-                    if b"LOST" in line and b"EVENTS" in line:
-                        self.lost += 1
-                    e = parse_line(line, self.parents)
-                    if e is not None:
-                        evs.append(e)
-                with self._lock:
-                    self._events.extend(evs)
-            elif stopping:
-                return
+    @property
+    def name(self) -> Optional[str]:
+        """The tracefs instance's name, once started."""
+        return self._inst.name if self._inst is not None else None
 
     def take(self) -> List[PageEvent]:
-        with self._lock:
-            out, self._events = self._events, []
-        return out
+        if self._inst is None:
+            return []
+        evs = self._inst.take()
+        self.forks.add(evs)
+        return page_events(evs)
+
+    def tree(self, pid: int) -> Set[int]:
+        return set(self.forks.tree(pid))
 
     def stop(self) -> None:
-        """Stop tracing, drain what is buffered, remove the instance (safe to call twice)."""
-        if not os.path.isdir(self.dir):
+        """Stop tracing, keep what is buffered for take(), remove the instance (safe to call twice)."""
+        if self._inst is None:
             return
         try:
-            self._w("tracing_on", "0")
-        except OSError:
-            pass
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=10)
-            self._thread = None
-        if self._pipe is not None:
-            os.close(self._pipe)
-            self._pipe = None
-        for ev in EVENTS:
-            try:
-                self._w(f"events/{ev}/enable", "0")
-            except OSError:
-                pass
-        try:
-            os.rmdir(self.dir)
-        except OSError:
-            pass
-
-    def root_of(self, pid: int, roots) -> Optional[int]:
-        """Which of `roots` pid descends from (by the fork events seen), or None."""
-        seen = 0
-        while pid not in roots and seen < 64:
-            nxt = self.parents.get(pid)
-            if nxt is None:
-                return None
-            pid, seen = nxt, seen + 1
-        return pid if pid in roots else None
+            if self._inst.reading:
+                self._inst.stop()
+                self.lost = self._inst.lost_events()
+        finally:
+            self._inst.close()
 
     def __enter__(self):
         return self.start()
