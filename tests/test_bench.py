@@ -52,6 +52,9 @@ def test_bench_one_rep_synth(tmp_path):
     for mode, _, _, details in rows:
         d = json.loads(details)
         assert d["timeline"]["disk"], mode
+        # the sampler's block instance saw the launch's requests (their LBA dots; a warm launch has none)
+        assert d["timeline"]["note"] is None and (mode == "warm") != bool(d["timeline"]["requests"]), \
+            (mode, d["timeline"]["note"], len(d["timeline"]["requests"]))
         if mode != "cold" and mode != "warm":
             assert d["replay"]["bytes_fetched"] > 0, mode
     res = doc["results"]["synth"]
