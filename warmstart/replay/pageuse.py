@@ -167,7 +167,7 @@ def measure(schedule, events: List[Event], root_pid: int, start_ns: int, end_ns:
 
 class UseTracer:
     """`with UseTracer(schedule) as use:` fork the replayer and the app from this thread,
-    use.stop() at the launch end, then use.measure(...). With schedule None it does nothing."""
+    use.stop() at the launch end, then use.measure(...). (Not measuring: runner's no-op.)"""
 
     def __init__(self, schedule, buffer_kb: int = 4096):
         self.schedule = schedule
@@ -176,8 +176,6 @@ class UseTracer:
         self._lost = 0
 
     def __enter__(self):
-        if self.schedule is None:
-            return self
         devs = sorted({kernel_dev(f.dev) for f in self.schedule.files}) or [0]
         dev_filter = " || ".join(f"s_dev == {d}" for d in devs)
         root = tracefs_root()
@@ -194,7 +192,7 @@ class UseTracer:
             self._lost = self._inst.lost_events()
 
     def measure(self, result, stats: Optional[dict]) -> Optional[PageUse]:
-        """The launch's PageUse (None without a schedule); call after stop()."""
+        """The launch's PageUse (None if tracing never started); call after stop()."""
         if self._inst is None:
             return None
         self.stop()

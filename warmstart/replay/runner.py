@@ -20,7 +20,6 @@ from ..errors import WarmstartError
 from ..launching import Until, launch, resolve_command
 from ..signature import signature_argv
 from .export import export_in_memory
-from .pageuse import UseTracer
 from .process import DEFAULT_ENGINE, MODES, ReplayProcess
 
 
@@ -106,7 +105,7 @@ def run_launch(conn, argv: Sequence[str], prefetch: Prefetch = Prefetch(), how: 
         raise WarmstartError(f"unknown mode {mode!r}: use segmented, reorder, interleave or none")
     app = find_app(conn, argv, name)
     schedule, notes = _schedule_to_prefetch(conn, app, mode)
-    use = UseTracer(schedule if prefetch.measure_use else None)
+    use = _use_tracer(schedule if prefetch.measure_use else None)
     rp, t0 = None, time.monotonic_ns()
     ready = False
     with use:
@@ -158,6 +157,29 @@ def _schedule_to_prefetch(conn, app: Optional[dict], mode: str):
         return None, [f"app {app['name']!r} has no schedule yet: launched without prefetch "
                       f"(run `warmstart analyze {app['name']}`)"]
     return schedule, []
+
+
+def _use_tracer(schedule):
+    """pageuse.UseTracer for schedule; for None (not measuring) its no-op form, without loading
+    the page-use tracing (and tracefs) modules onto `warmstart run`'s start-up."""
+    if schedule is None:
+        return _NoUse()
+    from .pageuse import UseTracer
+    return UseTracer(schedule)
+
+
+class _NoUse:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def stop(self) -> None:
+        pass
+
+    def measure(self, result, stats):
+        return None
 
 
 def _store_launch(conn, app: dict, schedule, outcome: LaunchOutcome, page_use, store: StoreAs, *,
