@@ -60,6 +60,22 @@ def test_signatures():
     assert needles(b"/usr/bin/gcc-12", [b"gcc", b"-c", b"x.c"]) == ()
 
 
+def test_one_reader_of_launcher_wrappers():
+    """signature.split_launcher reads `env ... chroot ROOT CMD` for the signatures, the hook's
+    launcher entries and the speculation sandbox alike."""
+    from warmstart.signature import split_launcher
+    from warmstart.speculate.sandbox import split_chroot
+    argv = [b"/usr/bin/env", b"-i", b"PATH=/bin", b"HOME=/x", b"chroot", b"--userspec=1:1", b"/mnt/r", b"ls", b"-l"]
+    w = split_launcher(argv)
+    assert w.env == {b"PATH": b"/bin", b"HOME": b"/x"} and w.clear and w.chroot_at == 4 and w.root_at == 6
+    assert split_chroot(argv) == (b"/mnt/r", {b"PATH": b"/bin", b"HOME": b"/x"}, [b"ls", b"-l"], True)
+    assert split_launcher([b"chroot", b"/r", b"sh"]).root_at == 1
+    assert split_launcher([b"env", b"-u", b"X", b"chroot", b"/r", b"sh"]).unset == (b"X",)
+    assert split_chroot([b"env", b"-u", b"X", b"chroot", b"/r", b"sh"])[0] == b"/"   # not modelled there
+    for other in ([b"ls"], [b"env", b"ls"], [b"env", b"--debug", b"chroot", b"/r", b"sh"], [b"chroot", b"/r"]):
+        assert split_launcher(other) is None, other
+
+
 def test_hold_is_a_bounded_multiple_of_the_prebuffer_time():
     cfg = HookConfig()
     assert hold_ms_for(0.1, None, cfg) == 300

@@ -73,3 +73,29 @@ def test_all_sql_is_in_db():
                     node.func.attr in ("execute", "executemany", "executescript"):
                 outside.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert outside == [], outside
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def test_no_private_name_is_used_across_modules():
+    """A module's _names are its own: no `from x import _name` and no `module._name` of another
+    warmstart module."""
+    bad = []
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(REPO)
+        modules = set()   # names bound to warmstart modules in this file
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("warmstart")):
+                bad += [f"{rel}:{node.lineno}: from {'.' * node.level}{node.module or ''} import {a.name}"
+                        for a in node.names if _is_private(a.name)]
+                modules |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("warmstart")}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in modules and _is_private(node.attr):
+                bad.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)

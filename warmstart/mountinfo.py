@@ -1,4 +1,17 @@
-"""Reading /proc/self/mountinfo, whose fields escape space, tab, newline and backslash."""
+"""This mount namespace's mounts, from /proc/self/mountinfo (whose fields escape space, tab,
+newline and backslash). The one reader of that file: everything that needs a mount asks here."""
+
+import os
+from typing import List, NamedTuple
+
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+class Mount(NamedTuple):
+    dev: int          # st_dev of the file system (userspace dev_t)
+    root: bytes       # the directory of the file system mounted here ("/": its root)
+    target: bytes     # the mount point
+    fstype: str
 
 
 def unescape(field: bytes) -> bytes:
@@ -12,3 +25,18 @@ def unescape(field: bytes) -> bytes:
             out.append(field[i])
             i += 1
     return bytes(out)
+
+
+def mounts() -> List[Mount]:
+    """Every mount, in mountinfo's order (parents before the mounts on top of them)."""
+    out = []
+    with open(MOUNTINFO, "rb") as f:
+        for line in f:
+            left, _, right = line.partition(b" - ")
+            fields = left.split()
+            if len(fields) < 5:
+                continue
+            major, _, minor = fields[2].partition(b":")
+            out.append(Mount(os.makedev(int(major), int(minor)), unescape(fields[3]), unescape(fields[4]),
+                             right.split()[0].decode() if right.split() else ""))
+    return out

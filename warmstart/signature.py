@@ -13,7 +13,7 @@ passwords passed as options) are never written anywhere (docs/security.md).
 
 import os
 import re
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 INTERPRETER = re.compile(rb"^(python[0-9.]*|pypy[0-9.]*|node|nodejs|deno|bun|java|perl[0-9.]*|ruby[0-9.]*|"
                          rb"php[0-9.]*|lua[0-9.]*|Rscript|bash|sh|dash|zsh|ksh|tclsh[0-9.]*|wish[0-9.]*)$")
@@ -56,24 +56,48 @@ def needles(executable: bytes, argv: Sequence[bytes]) -> Tuple[bytes, ...]:
 CHROOT_PATH = b"/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
 
-def _env_split(argv: Sequence[bytes]):
-    """env's options and NAME=VALUE words: (PATH it sets or None, index of the command)."""
-    i, path = 1, None
-    while i < len(argv):
-        a = argv[i]
-        if a in (b"-i", b"--ignore-environment", b"-"):
-            i += 1
-        elif a in (b"-u", b"--unset", b"-C", b"--chdir"):
-            i += 2
-        elif a.startswith(b"-"):
-            return path, None  # an env option we do not model: not unwrapped
-        elif b"=" in a:
-            if a.startswith(b"PATH="):
-                path = a[5:]
-            i += 1
-        else:
-            return path, i
-    return path, None
+class Wrapper(NamedTuple):
+    """`[env [-i] [-u NAME] [NAME=VALUE...]] chroot [--option...] ROOT CMD ...`, read."""
+    env: Dict[bytes, bytes]       # env's NAME=VALUE settings
+    clear: bool                   # env -i: CMD gets only those
+    unset: Tuple[bytes, ...]      # env -u NAME
+    chroot_at: int                # index of chroot in argv
+    root_at: int                  # index of ROOT; CMD follows
+
+
+def split_launcher(argv: Sequence[bytes]) -> Optional[Wrapper]:
+    """The wrapper around CMD in argv, or None for any other command line (also for an env
+    option this does not model). The one reader of these wrappers: signatures, the hook's
+    launcher entries and the speculation sandbox all unwrap through it."""
+    env: Dict[bytes, bytes] = {}
+    clear, unset, i = False, [], 0
+    if argv and os.path.basename(argv[0]) == b"env":
+        i = 1
+        while i < len(argv):
+            a = argv[i]
+            if a in (b"-i", b"--ignore-environment", b"-"):
+                clear = True
+                i += 1
+            elif a in (b"-u", b"--unset", b"-C", b"--chdir"):
+                if a in (b"-u", b"--unset") and i + 1 < len(argv):
+                    unset.append(argv[i + 1])
+                i += 2   # -C: chroot(1) changes to the new root's / anyway
+            elif a.startswith(b"-"):
+                return None
+            elif b"=" in a:
+                k, _, v = a.partition(b"=")
+                env[k] = v
+                i += 1
+            else:
+                break
+    if i >= len(argv) or os.path.basename(argv[i]) != b"chroot":
+        return None
+    j = i + 1
+    while j < len(argv) and argv[j].startswith(b"--"):
+        j += 1
+    if j + 1 >= len(argv):
+        return None
+    return Wrapper(env, clear, tuple(unset), i, j)
 
 
 def resolve_in_root(root: bytes, path: bytes, limit: int = 40) -> bytes:
@@ -103,33 +127,15 @@ def resolve_in_root(root: bytes, path: bytes, limit: int = 40) -> bytes:
     return root + (done or b"/")
 
 
-def _launcher_split(argv: Sequence[bytes]) -> Optional[Tuple[Optional[bytes], int, int]]:
-    """For `[env ...] chroot [--option ...] ROOT CMD ...`: (the PATH env sets or None, the index of
-    chroot, the index of ROOT); None for any other command."""
-    path, i = None, 0
-    if argv and os.path.basename(argv[0]) == b"env":
-        path, i = _env_split(argv)
-        if i is None:
-            return None
-    if i >= len(argv) or os.path.basename(argv[i]) != b"chroot":
-        return None
-    j = i + 1
-    while j < len(argv) and argv[j].startswith(b"--"):
-        j += 1
-    if j + 1 >= len(argv):
-        return None
-    return path, i, j
-
-
 def unwrap_launcher(argv: Sequence[bytes]):
     """(host path of the executable, argv as exec'd) for `[env ...] chroot ROOT CMD ...`; None for
     any other command. Only these two wrappers are understood: they are what the emulated disk and
     most container-less sandboxes use."""
-    split = _launcher_split(argv)
-    if split is None:
+    w = split_launcher(argv)
+    if w is None:
         return None
-    env_path, _, j = split
-    path = env_path or CHROOT_PATH
+    j = w.root_at
+    path = w.env.get(b"PATH") or CHROOT_PATH
     root = os.path.realpath(argv[j]).rstrip(b"/")
     inner = list(argv[j + 1:])
     cmd = inner[0]
@@ -162,10 +168,10 @@ def signature_argv(executable: bytes, argv: Sequence[bytes]) -> List[bytes]:
     argv = [os.fsencode(a) for a in argv]
     if not argv:
         return []
-    split = _launcher_split(argv)
-    if split is None:
+    w = split_launcher(argv)
+    if w is None:
         return argv[:1] if is_wrapper(argv) else [argv[0], *needles(executable, argv)]
-    _, i, j = split
+    i, j = w.chroot_at, w.root_at
     kept = [w for k, w in enumerate(argv[:j + 1])
             if not (0 < k < i and b"=" in w and not w.startswith((b"-", b"PATH=")))]
     inner = argv[j + 1:]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..errors import WarmstartError
-from ..mountinfo import unescape
+from ..mountinfo import mounts
 
 
 def run(argv: List, fix: str = "", **kw) -> subprocess.CompletedProcess:
@@ -33,8 +33,7 @@ def run(argv: List, fix: str = "", **kw) -> subprocess.CompletedProcess:
 
 def mount_targets() -> List[bytes]:
     """Mount points of this mount namespace, as bytes."""
-    with open("/proc/self/mountinfo", "rb") as f:
-        return [unescape(line.split()[4]) for line in f]
+    return [m.target for m in mounts()]
 
 
 def mounts_under(path: Path) -> List[bytes]:

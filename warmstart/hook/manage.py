@@ -90,7 +90,7 @@ def uninstall() -> dict:
         u.unlink()
         removed.append(str(u))
     if units and service.systemd_running():
-        service._systemctl("daemon-reload")
+        service.systemctl("daemon-reload")
     pre = preload.uninstall(paths)
     if pre:
         removed.append(pre)

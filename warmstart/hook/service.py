@@ -92,9 +92,9 @@ def start_learner(paths: HookPaths, db_path: str, use_systemd: Optional[bool] = 
         use_systemd = systemd_running()
     if use_systemd:
         write_learner_unit(paths, db_path)
-        _systemctl("daemon-reload")
-        _systemctl("enable", "warmstart-learner.service")
-        _systemctl("restart", "warmstart-learner.service")
+        systemctl("daemon-reload")
+        systemctl("enable", "warmstart-learner.service")
+        systemctl("restart", "warmstart-learner.service")
     else:
         pid = learner_running(paths)
         if pid is not None:
@@ -162,7 +162,7 @@ def write_unit(paths: HookPaths, cfg: Optional[HookConfig] = None) -> Path:
     return paths.unit
 
 
-def _systemctl(*args):
+def systemctl(*args):
     r = subprocess.run(["systemctl", *args], capture_output=True, text=True)
     if r.returncode:
         raise WarmstartError(f"systemctl {' '.join(args)} failed: {r.stderr.strip()}; "
@@ -200,8 +200,8 @@ def start(paths: HookPaths, use_systemd: Optional[bool] = None, cfg: Optional[Ho
         use_systemd = systemd_running()
     if use_systemd:
         write_unit(paths, cfg)
-        _systemctl("daemon-reload")
-        _systemctl("enable", "--now", "warmstartd.service")
+        systemctl("daemon-reload")
+        systemctl("enable", "--now", "warmstartd.service")
         how = "systemd (warmstartd.service enabled)"
     else:
         log = open_private_append(paths.log)

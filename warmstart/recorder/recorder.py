@@ -30,6 +30,7 @@ from .backend import choose_backend
 from .cputime import CpuCurve, assign_cpu
 from .events import Event
 from ..model import BlockRequest, Recording
+from ..mountinfo import mounts
 from .resolve import resolve_inodes
 from .tasks import build_tree
 from .tracefs import Instance, clean_root
@@ -158,16 +159,12 @@ def _previous_for_evict(conn, name: str):
 
 
 def _device_env(devices: Sequence[int]) -> list:
-    mounts = {}
-    with open("/proc/self/mountinfo", "rb") as f:
-        for line in f:
-            left, _, right = line.partition(b" - ")
-            parts = left.split(b" ")
-            mounts.setdefault(parts[2].decode(), right.split(b" ")[0].decode())
+    fstypes = {}
+    for m in mounts():
+        fstypes.setdefault(m.dev, m.fstype)
     out = []
     for dev in devices:
-        mm = f"{os.major(dev)}:{os.minor(dev)}"
-        info = {"dev": dev, "major_minor": mm, "fstype": mounts.get(mm)}
+        info = {"dev": dev, "major_minor": f"{os.major(dev)}:{os.minor(dev)}", "fstype": fstypes.get(dev)}
         try:
             info["name"] = block_name(dev)
             q = f"{sysfs_path(dev)}/queue"

@@ -13,22 +13,13 @@ from typing import Dict, Iterable, List, Set, Tuple
 
 from ..model import FileInfo
 from ..fiemap import fiemap, mappable
-from ..mountinfo import unescape
+from ..mountinfo import mounts
 
 
 def mounts_of(dev: int) -> List[bytes]:
     """Mount points of the file system on dev; mounts of its root directory first."""
-    roots, others = [], []
-    with open("/proc/self/mountinfo", "rb") as f:
-        for line in f:
-            parts = line.split(b" ")
-            if len(parts) < 5:
-                continue
-            major, minor = parts[2].split(b":")
-            if os.makedev(int(major), int(minor)) != dev:
-                continue
-            (roots if parts[3] == b"/" else others).append(unescape(parts[4]))
-    return roots + others
+    on_dev = [m for m in mounts() if m.dev == dev]
+    return [m.target for m in on_dev if m.root == b"/"] + [m.target for m in on_dev if m.root != b"/"]
 
 
 def resolve_inodes(wanted: Iterable[Tuple[int, int]], max_entries: int = 2_000_000) -> List[FileInfo]:

@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..errors import WarmstartError
 from ..fiemap import FIEMAP_EXTENT_DATA_INLINE, fiemap_fd
-from ..mountinfo import unescape
+from ..mountinfo import mounts
 
 FS_IOC_GETFLAGS = (2 << 30) | (8 << 16) | (ord("f") << 8) | 1   # _IOR('f', 1, long)
 _FLAG_REFUSALS = [
@@ -33,21 +33,14 @@ EXT4_EXTENTS_FL = 0x00080000
 
 def mount_of(dev: int) -> Tuple[str, bytes]:
     """(file-system type, mount point) of the file system with st_dev `dev`, from mountinfo."""
-    want = f"{os.major(dev)}:{os.minor(dev)}".encode()
     best = None
-    with open("/proc/self/mountinfo", "rb") as f:
-        for line in f:
-            left, _, right = line.partition(b" - ")
-            fields = left.split()
-            if fields[2] != want:
-                continue
-            fstype = right.split()[0].decode()
-            mnt = unescape(fields[4])
-            # Prefer a mount of the file system's root (a bind mount of a subdirectory also works).
-            if best is None or fields[3] == b"/":
-                best = (fstype, mnt)
+    for m in mounts():
+        # Prefer a mount of the file system's root (a bind mount of a subdirectory also works).
+        if m.dev == dev and (best is None or m.root == b"/"):
+            best = (m.fstype, m.target)
     if best is None:
-        raise WarmstartError(f"no mounted file system has device {want.decode()}: is it still mounted?")
+        raise WarmstartError(f"no mounted file system has device {os.major(dev)}:{os.minor(dev)}: "
+                             f"is it still mounted?")
     return best
 
 

@@ -18,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import WarmstartError
 from ..paths import helper_binary
+from ..signature import split_launcher
 
 HELPER = "ws-spec-run"
 
@@ -62,25 +63,14 @@ class SandboxLimits:
 
 
 def split_chroot(argv: Sequence) -> Tuple[bytes, Dict[bytes, bytes], List[bytes], bool]:
-    """`env -i K=V... chroot ROOT CMD...` (how emulated-disk apps are run) -> (ROOT, env, CMD, clear).
-
-    The copy cannot run chroot(1) itself (no CAP_SYS_CHROOT), so ws-spec-run does the chroot.
-    Any other argv is returned as (b"/", {}, argv, False).
-    """
+    """`env -i K=V... chroot ROOT CMD...` (how emulated-disk apps are run) -> (ROOT, env, CMD, clear),
+    read by signature.split_launcher. The copy cannot run chroot(1) itself (no CAP_SYS_CHROOT),
+    so ws-spec-run does the chroot. Any other argv is returned as (b"/", {}, argv, False)."""
     a = [os.fsencode(x) for x in argv]
-    i, env, clear = 0, {}, False
-    if a and os.path.basename(a[0]) == b"env":
-        i = 1
-        while i < len(a) and (a[i] in (b"-i", b"-") or b"=" in a[i] and not a[i].startswith(b"/")):
-            if a[i] in (b"-i", b"-"):
-                clear = True
-            else:
-                k, _, v = a[i].partition(b"=")
-                env[k] = v
-            i += 1
-    if i < len(a) and os.path.basename(a[i]) == b"chroot" and i + 2 < len(a):
-        return a[i + 1], env, a[i + 2:], clear
-    return b"/", {}, a, False
+    w = split_launcher(a)
+    if w is None or w.unset:   # env -u: not modelled in the copy's environment
+        return b"/", {}, a, False
+    return a[w.root_at], dict(w.env), a[w.root_at + 1:], w.clear
 
 
 class SpeculativeCopy:
