@@ -7,7 +7,7 @@ HELPERS  += $(BUILD)/warmstartd $(BUILD)/libwarmstart-preload.so
 BINARIES += $(BUILD)/warmstart-execbench   # the exec-overhead benchmark (docs/hook.md)
 CTESTS   += $(BUILD)/test-hook-index
 
-$(BUILD)/warmstartd: $(HOOK_DIR)/warmstartd.c $(HOOK_DIR)/worker.c $(HOOK_DIR)/spawn.c \
+$(BUILD)/warmstartd: $(HOOK_DIR)/warmstartd.c $(HOOK_DIR)/worker.c $(HOOK_DIR)/base.c $(HOOK_DIR)/spawn.c \
 		$(HOOK_DIR)/procinfo.c $(HOOK_COMMON) $(HOOK_HDRS) | $(BUILD)
 	$(CC) $(CFLAGS) $(LAYOUT_CFLAGS) -o $@ $(filter %.c,$^)
 

@@ -3,6 +3,7 @@ cycle), the shared pieces (model.py, db/, formats/, devices.py, ...) import none
 SQL is in db/."""
 
 import ast
+import re
 from collections import defaultdict
 
 from conftest import REPO
@@ -99,3 +100,34 @@ def test_no_private_name_is_used_across_modules():
                     and node.value.id in modules and _is_private(node.attr):
                 bad.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
     assert not bad, "private names used across modules:\n" + "\n".join(bad)
+
+
+C_DIRS = ("replayer", "replayer/speculate", "launchd-hook", "scripts/hddsim")
+C_DEFINITION = re.compile(r"^(?!static\b)[A-Za-z_][\w \t\*]*?\b([A-Za-z_]\w*)\s*\([^;]*$", re.M)
+
+
+def test_c_files_depend_on_each_other_one_way():
+    """Within each C component, a file that calls a function another file defines depends on
+    it; those dependencies have no cycle (shared helpers live in a file of their own)."""
+    import itertools
+    for d in C_DIRS:
+        files = sorted(p for p in (REPO / d).glob("*.c") if not p.name.startswith("test_"))
+        text = {p.name: re.sub(r"/\*.*?\*/|//[^\n]*", "", p.read_text(), flags=re.S) for p in files}
+        defined = {name: f for f, t in text.items() for name in C_DEFINITION.findall(t) if name != "main"}
+        deps = {f: {defined[n] for n in set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", t))
+                    if n in defined and defined[n] != f} for f, t in text.items()}
+        for a, b in itertools.combinations(deps, 2):
+            assert not (b in deps[a] and a in deps[b]), f"{d}: {a} and {b} call each other's functions"
+        # longer cycles: a depth-first search
+        state = {}
+
+        def visit(f, path):
+            state[f] = "open"
+            for g in deps[f]:
+                assert state.get(g) != "open", f"{d}: dependency cycle {' -> '.join(path + [f, g])}"
+                if g not in state:
+                    visit(g, path + [f])
+            state[f] = "done"
+        for f in deps:
+            if f not in state:
+                visit(f, [])
