@@ -28,7 +28,8 @@ class BuildWithHelpers(build_py):
                            check=True)
         except (OSError, subprocess.CalledProcessError) as e:
             raise SystemExit(f"building warmstart's C helpers failed ({e}): they need gcc, make, "
-                             f"liburing-dev and libaio-dev (scripts/install-deps installs them)")
+                             f"liburing-dev, libaio-dev and libseccomp-dev "
+                             f"(scripts/install-deps installs them)")
         package = Path(self.build_lib) / "warmstart"
         libexec = package / "libexec"
         libexec.mkdir(parents=True, exist_ok=True)

@@ -1,147 +1,138 @@
-/* The copy's seccomp filter: calls that could reach outside the sandbox are refused, calls that
- * would only change its own scheduling are faked as successful, opens are reported to the
- * supervisor (user notification) so it can prefetch the file. */
+/* The copy's seccomp filter (libseccomp): calls that could reach outside the sandbox are refused,
+ * calls that would only change its own scheduling are faked as successful, opens are reported to
+ * the supervisor (user notification) so it can prefetch the file. The policy is checked call by
+ * call by test_filter.c. */
 #include <errno.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
+#include <seccomp.h>
 #include <stddef.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "spec.h"
 
-#define ARCH_NR AUDIT_ARCH_X86_64
-#define X32_BIT 0x40000000
+#define FAKE_OK SCMP_ACT_ERRNO(0)
+/* An int argument as the kernel reads it: its lower 32 bits (a 64-bit compare would let
+ * AF_NETLINK | 1 << 32 through, which the kernel takes for AF_NETLINK). */
+#define ARG32_IS(i, v) SCMP_CMP(i, SCMP_CMP_MASKED_EQ, 0xffffffffULL, (v))
 
-#define LD_NR BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr))
-#define LD_ARG_LO(i) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[i]))
-#define LD_ARG_HI(i) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[i]) + 4)
-#define RET(v) BPF_STMT(BPF_RET | BPF_K, (v))
-/* if nr == n: return v */
-#define ON(n, v) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (n), 0, 1), RET(v)
+struct rule {
+	int nr;
+	uint32_t action;
+};
 
-#define DENY(e) (SECCOMP_RET_ERRNO | ((e) & SECCOMP_RET_DATA))
-#define FAKE_OK (SECCOMP_RET_ERRNO | 0)
+static const struct rule refused[] = {
+	{ SCMP_SYS(openat2), SCMP_ACT_ERRNO(ENOSYS) },  /* its struct is not inspected: libc falls back to openat */
+	/* reaching other processes */
+	{ SCMP_SYS(ptrace), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(process_vm_readv), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(process_vm_writev), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(process_madvise), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(pidfd_getfd), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(kcmp), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(migrate_pages), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(move_pages), SCMP_ACT_ERRNO(EPERM) },
+	/* the network: the net namespace is empty; unix sockets by path cross it */
+	{ SCMP_SYS(connect), SCMP_ACT_ERRNO(ECONNREFUSED) },
+	/* sendmsg/sendmmsg: refused by filter_seal(), after the listener fd has been sent */
+	/* mounts, namespaces, the kernel, time, keys */
+	{ SCMP_SYS(mount), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(umount2), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(pivot_root), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(chroot), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(mount_setattr), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(move_mount), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(open_tree), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(fsopen), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(fsconfig), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(fsmount), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(fspick), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(setns), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(unshare), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(swapon), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(swapoff), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(reboot), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(kexec_load), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(kexec_file_load), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(init_module), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(finit_module), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(delete_module), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(acct), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(quotactl), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(syslog), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(vhangup), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(iopl), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(ioperm), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(settimeofday), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(clock_settime), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(clock_adjtime), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(adjtimex), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(sethostname), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(setdomainname), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(bpf), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(perf_event_open), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(userfaultfd), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(fanotify_init), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(open_by_handle_at), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(keyctl), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(add_key), SCMP_ACT_ERRNO(EPERM) },
+	{ SCMP_SYS(request_key), SCMP_ACT_ERRNO(EPERM) }, { SCMP_SYS(uselib), SCMP_ACT_ERRNO(EPERM) },
+	/* io_uring would run openat/connect/sendmsg past this filter */
+	{ SCMP_SYS(io_uring_setup), SCMP_ACT_ERRNO(ENOSYS) }, { SCMP_SYS(io_uring_enter), SCMP_ACT_ERRNO(ENOSYS) },
+	{ SCMP_SYS(io_uring_register), SCMP_ACT_ERRNO(ENOSYS) },
+	/* leaving idle priority: pretend it worked */
+	{ SCMP_SYS(ioprio_set), FAKE_OK }, { SCMP_SYS(setpriority), FAKE_OK },
+	{ SCMP_SYS(sched_setscheduler), FAKE_OK }, { SCMP_SYS(sched_setattr), FAKE_OK },
+	{ SCMP_SYS(sched_setparam), FAKE_OK },
+};
 
-/* Over 80 lines on purpose: one BPF program listed instruction by instruction; its jump offsets
- * count instructions, so it reads (and is reviewed) best whole, in one place. */
+/* A filter allowing by default, for the native ABI only: i386 and x32 entry points would bypass
+ * the rules. libseccomp's x86_64 filter sends x32 numbers (nr | 0x40000000) to the bad-arch
+ * action too, all but nr -1 (it does nothing: ENOSYS), which it lets through for ptracers.
+ * Its default bad-arch action is KILL (the thread); the whole copy is killed instead. */
+static scmp_filter_ctx filter_new(void)
+{
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (ctx && seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS)) {
+		seccomp_release(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
+/* the rules whose action depends on arguments */
+static int add_argument_rules(scmp_filter_ctx ctx)
+{
+	int r;
+	/* socket(): no netlink (some families are not per-namespace), no raw packets */
+	if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1, ARG32_IS(0, AF_NETLINK))) ||
+	    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1, ARG32_IS(0, AF_PACKET))))
+		return r;
+	/* sendto() only without a destination address (connected socketpairs) */
+	if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(sendto), 1, SCMP_A4(SCMP_CMP_NE, 0))))
+		return r;
+	/* ioctl(): no terminal injection or line-discipline changes */
+	static const unsigned long tty[] = { TIOCSTI, TIOCLINUX, TIOCSETD };
+	for (size_t i = 0; i < sizeof(tty) / sizeof(tty[0]); i++)
+		if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, ARG32_IS(1, tty[i]))))
+			return r;
+	return 0;
+}
+
 int filter_install(int notify, int *listener)
 {
-	unsigned open_action = notify ? SECCOMP_RET_USER_NOTIF : SECCOMP_RET_ALLOW;
-	struct sock_filter prog[] = {
-		/* Only the native ABI: x32 and i386 entry points would bypass the numbers below. */
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH_NR, 1, 0),
-		RET(SECCOMP_RET_KILL_PROCESS),
-		LD_NR,
-		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, X32_BIT, 0, 1),
-		RET(SECCOMP_RET_KILL_PROCESS),
-
-		/* opens: reported, then continued (the supervisor prefetches the file) */
-		ON(__NR_open, open_action),
-		ON(__NR_openat, open_action),
-		ON(__NR_openat2, DENY(ENOSYS)),  /* its struct is not inspected: libc falls back to openat */
-
-		/* reaching other processes */
-		ON(__NR_ptrace, DENY(EPERM)),
-		ON(__NR_process_vm_readv, DENY(EPERM)),
-		ON(__NR_process_vm_writev, DENY(EPERM)),
-		ON(__NR_process_madvise, DENY(EPERM)),
-		ON(__NR_pidfd_getfd, DENY(EPERM)),
-		ON(__NR_kcmp, DENY(EPERM)),
-		ON(__NR_migrate_pages, DENY(EPERM)),
-		ON(__NR_move_pages, DENY(EPERM)),
-
-		/* the network: the net namespace is empty; unix sockets by path cross it */
-		ON(__NR_connect, DENY(ECONNREFUSED)),
-		/* sendmsg/sendmmsg: refused by filter_seal(), after the listener fd has been sent */
-
-		/* mounts, namespaces, the kernel, time, keys */
-		ON(__NR_mount, DENY(EPERM)), ON(__NR_umount2, DENY(EPERM)),
-		ON(__NR_pivot_root, DENY(EPERM)), ON(__NR_chroot, DENY(EPERM)),
-		ON(__NR_mount_setattr, DENY(EPERM)), ON(__NR_move_mount, DENY(EPERM)),
-		ON(__NR_open_tree, DENY(EPERM)), ON(__NR_fsopen, DENY(EPERM)),
-		ON(__NR_fsconfig, DENY(EPERM)), ON(__NR_fsmount, DENY(EPERM)),
-		ON(__NR_fspick, DENY(EPERM)), ON(__NR_setns, DENY(EPERM)),
-		ON(__NR_unshare, DENY(EPERM)), ON(__NR_swapon, DENY(EPERM)),
-		ON(__NR_swapoff, DENY(EPERM)), ON(__NR_reboot, DENY(EPERM)),
-		ON(__NR_kexec_load, DENY(EPERM)), ON(__NR_kexec_file_load, DENY(EPERM)),
-		ON(__NR_init_module, DENY(EPERM)), ON(__NR_finit_module, DENY(EPERM)),
-		ON(__NR_delete_module, DENY(EPERM)), ON(__NR_acct, DENY(EPERM)),
-		ON(__NR_quotactl, DENY(EPERM)), ON(__NR_syslog, DENY(EPERM)),
-		ON(__NR_vhangup, DENY(EPERM)), ON(__NR_iopl, DENY(EPERM)),
-		ON(__NR_ioperm, DENY(EPERM)), ON(__NR_settimeofday, DENY(EPERM)),
-		ON(__NR_clock_settime, DENY(EPERM)), ON(__NR_clock_adjtime, DENY(EPERM)),
-		ON(__NR_adjtimex, DENY(EPERM)), ON(__NR_sethostname, DENY(EPERM)),
-		ON(__NR_setdomainname, DENY(EPERM)), ON(__NR_bpf, DENY(EPERM)),
-		ON(__NR_perf_event_open, DENY(EPERM)), ON(__NR_userfaultfd, DENY(EPERM)),
-		ON(__NR_fanotify_init, DENY(EPERM)), ON(__NR_open_by_handle_at, DENY(EPERM)),
-		ON(__NR_keyctl, DENY(EPERM)), ON(__NR_add_key, DENY(EPERM)),
-		ON(__NR_request_key, DENY(EPERM)), ON(__NR_uselib, DENY(EPERM)),
-		/* io_uring would run openat/connect/sendmsg past this filter */
-		ON(__NR_io_uring_setup, DENY(ENOSYS)), ON(__NR_io_uring_enter, DENY(ENOSYS)),
-		ON(__NR_io_uring_register, DENY(ENOSYS)),
-
-		/* leaving idle priority: pretend it worked */
-		ON(__NR_ioprio_set, FAKE_OK), ON(__NR_setpriority, FAKE_OK),
-		ON(__NR_sched_setscheduler, FAKE_OK), ON(__NR_sched_setattr, FAKE_OK),
-		ON(__NR_sched_setparam, FAKE_OK),
-
-		/* socket(): no netlink (some families are not per-namespace), no raw packets */
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 5),
-		LD_ARG_LO(0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 1, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_PACKET, 0, 1),
-		RET(DENY(EAFNOSUPPORT)),
-		RET(SECCOMP_RET_ALLOW),
-
-		/* sendto() only without a destination address (connected socketpairs) */
-		LD_NR,
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendto, 0, 6),
-		LD_ARG_LO(4),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 3),
-		LD_ARG_HI(4),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
-		RET(SECCOMP_RET_ALLOW),
-		RET(DENY(EPERM)),
-
-		/* ioctl(): no terminal injection or line-discipline changes */
-		LD_NR,
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 5),
-		LD_ARG_LO(1),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 2, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCLINUX, 1, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCSETD, 0, 1),
-		RET(DENY(EPERM)),
-
-		RET(SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog fprog = { .len = sizeof(prog) / sizeof(prog[0]), .filter = prog };
-	unsigned flags = notify ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
-	long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog);
-	if (fd < 0)
-		return -errno;
-	*listener = notify ? (int)fd : -1;
-	return 0;
+	scmp_filter_ctx ctx = filter_new();
+	if (!ctx)
+		return -ENOMEM;
+	/* opens: reported, then continued (the supervisor prefetches the file) */
+	int r = 0;
+	if (notify && ((r = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(open), 0)) ||
+		       (r = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(openat), 0))))
+		goto out;
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		if ((r = seccomp_rule_add(ctx, refused[i].action, refused[i].nr, 0)))
+			goto out;
+	if ((r = add_argument_rules(ctx)) || (r = seccomp_load(ctx)))
+		goto out;
+	*listener = -1;
+	if (notify && (*listener = seccomp_notify_fd(ctx)) < 0)
+		r = *listener;
+out:
+	seccomp_release(ctx);
+	return r;
 }
 
 /* Second, stacked filter, installed once the listener has been passed with sendmsg(): now
  * sendmsg and sendmmsg (which could carry an address, or fds) are refused too. */
 int filter_seal(void)
 {
-	struct sock_filter prog[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH_NR, 1, 0),
-		RET(SECCOMP_RET_KILL_PROCESS),
-		LD_NR,
-		ON(__NR_sendmsg, DENY(EPERM)),
-		ON(__NR_sendmmsg, DENY(EPERM)),
-		RET(SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog fprog = { .len = sizeof(prog) / sizeof(prog[0]), .filter = prog };
-	return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) < 0 ? -errno : 0;
+	scmp_filter_ctx ctx = filter_new();
+	if (!ctx)
+		return -ENOMEM;
+	int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(sendmsg), 0);
+	if (!r)
+		r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(sendmmsg), 0);
+	if (!r)
+		r = seccomp_load(ctx);
+	seccomp_release(ctx);
+	return r;
 }
