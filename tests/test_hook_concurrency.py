@@ -28,7 +28,8 @@ import time
 from collections import Counter
 
 from conftest import REPO
-from test_hook_e2e import hookenv, wait_for_hook_rows  # noqa: F401 (hookenv: the fixture)
+import test_hook_e2e
+from test_hook_e2e import wait_for_hook_rows
 
 ROUNDS = int(os.environ.get("WARMSTART_HOOK_CONC_ROUNDS", "20"))
 APPS = {  # name -> argv inside the image; different programs and different files
@@ -51,6 +52,8 @@ RECORDED_ARGV = ["python3", "-c", "import tarfile, zipfile, difflib, textwrap; "
 RECORD_FROM_ROUND = 1
 SERVED = ("ready", "deadline")  # outcomes of a launch the daemon held for its replayer (docs/hook.md)
 SLACK_MS = 60                   # poll wake-up and event-record latency on a loaded 2-core machine
+
+hookenv = test_hook_e2e.hookenv   # the fixture: warmstartd and the learner on the emulated disk
 
 
 def run_rounds(h, argv, expected, recorder, launches, rounds):

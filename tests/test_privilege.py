@@ -21,7 +21,7 @@ import pytest
 
 from conftest import require
 from replay_helpers import KIB, PAGE, REPLAY, _libc, build, cached_pages, evict, run_replayer
-from test_hook_daemon import live  # noqa: F401 (the fixture: warmstartd on the real kernel)
+import test_hook_daemon
 from test_hook_preload import SHIM, index_for
 from warmstart.db import open_db
 
@@ -47,6 +47,8 @@ ATTACKS = [
     ("read the index", "open(STATE + '/hook.idx', 'rb').read()", None),
     ("read an export", "open(STATE + '/schedules/1.wsr', 'rb').read()", None),
 ]
+
+live = test_hook_daemon.live   # the fixture: warmstartd on the real kernel
 
 
 def as_user(argv, user="nobody", env=(), **kw) -> subprocess.CompletedProcess:
