@@ -35,11 +35,6 @@ def plain_run_command(args):
 def main():
     plain = plain_run_command(sys.argv[1:])
     if plain is None:
-        if sys.flags.no_site:
-            # started by the launcher (setup.py), which skips site for run's sake: the CLI and
-            # the libraries it loads get the environment site sets up
-            import site
-            site.main()
         from .cli import main as cli_main
         cli_main()
         return
