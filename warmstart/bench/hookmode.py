@@ -85,7 +85,9 @@ def run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate, 
                     info.setdefault("hook_outcomes", []).append(outcome)
                     tick(f"hook {app.name} {i + 1}")
             status = manage.status(conn)
-            doc["hook"] = {"launches_per_app": cfg.hook_launches, "degraded": status.get("degraded"),
+            # the database's other apps (other disks' runs) have their own verdicts: not this run's
+            ours = {k: v for k, v in (status.get("degraded") or {}).items() if k in hooked}
+            doc["hook"] = {"launches_per_app": cfg.hook_launches, "degraded": ours,
                            "index_apps": (status.get("index") or {}).get("apps")}
         finally:
             manage.uninstall()
