@@ -543,11 +543,15 @@ def test_sigkill_at_twenty_points_of_the_learners_feedback(tmp_path, capsys):
 
     def undisturbed(log):
         """Run the learner until every launch is accounted for; stop it (SIGTERM)."""
+        started = Path(log).read_text().count("listening on") if Path(log).exists() else 0
         with open(log, "ab") as out:
             p = _learner(env, db, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 15
         try:
-            while not accounted() and time.monotonic() < deadline:
+            # stopped only once it serves (its SIGTERM handler is set): with nothing left to do it
+            # was otherwise terminated while Python was still starting, and died of the signal
+            while ((not accounted() or Path(log).read_text().count("listening on") == started)
+                   and time.monotonic() < deadline):
                 time.sleep(0.05)
         finally:
             p.terminate()
