@@ -235,7 +235,7 @@ def _hog_page_cache():
     """Allocate and touch all but ~1 GiB of the memory available: the kernel evicts page cache
     (what a browser or a build does to a desktop between two launches of an app). In huge pages,
     populated by the kernel in one call (MADV_POPULATE_WRITE, Linux 5.14): touching 4 KiB pages
-    one by one took 50-80 s for 23 GiB in this VM, this 20-40 s."""
+    one by one took 50-80 s for 23 GiB in this VM, this takes 20-40 s."""
     avail = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemAvailable:")) * 1024
     size = max(0, avail - (1 << 30)) & ~((2 << 20) - 1)
     code = ("import mmap, sys; n = int(sys.argv[1]); m = mmap.mmap(-1, n)\n"
