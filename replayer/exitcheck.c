@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "replay.h"
 #include "residency.h"
 
 #ifndef __NR_pidfd_open

@@ -166,6 +166,7 @@ static int parse_options(int argc, char **argv, struct cli *c)
 		return usage_error(c, "unknown engine '%s'", c->ri.engine);
 	if (!c->app_pid != !c->judge_wait_s)
 		return usage_error(c, "--pid and --judge-at-exit go together");
+	c->o.measure_at_open = c->judge_wait_s != 0;
 	return -1;
 }
 

@@ -18,6 +18,7 @@ struct replay_opts {
 	uint64_t reserve_bytes;  /* memory pressure: keep this much MemAvailable untouched */
 	double psi_limit;        /* memory pressure: PSI some avg10 (%) at which to stop */
 	bool wait_resident;      /* verify residency of the pre-buffer before releasing */
+	bool measure_at_open;    /* the exit check will judge the launch: see outside_at_open */
 };
 
 #define MAX_DECISIONS 32
@@ -49,12 +50,11 @@ struct replay_stats {
 	struct decision decisions[MAX_DECISIONS];
 	uint32_t nsegs;
 	struct seg_stat *segs;
-	/* per file: bytes cached outside its ranges when the replay first opened it (before
-	 * fetching any of it), or UNMEASURED; the exit check does not count them as misses */
+	/* per file: bytes cached outside its ranges when the replay first opened it, before
+	 * fetching any of it and while the app was still held (with measure_at_open), or
+	 * UNMEASURED; the exit check does not count them as misses */
 	uint64_t *outside_at_open;
 };
-
-#define UNMEASURED UINT64_MAX
 
 uint64_t mono_ns(void);
 

@@ -22,6 +22,9 @@ int residency_evicted(int fd, uint64_t off, uint64_t len, uint64_t *pages);
 int residency_of_file(int fd, const struct wsr_schedule *s, uint32_t file_no, uint64_t *inside,
 		      uint64_t *outside, uint64_t *evicted, bool *evicted_known);
 
+/* A file's outside bytes not measured (see replay_stats.outside_at_open) */
+#define UNMEASURED UINT64_MAX
+
 /* Which method the last successful call used: "cachestat" or "mincore". */
 const char *residency_method(void);
 

@@ -28,7 +28,7 @@ struct wsr_segment {
 	uint32_t first_range;  /* index into ranges[] */
 	uint32_t nranges;
 	uint64_t bytes;
-	uint64_t cpu_ns;       /* the app's CPU time within the segment (for pacing) */
+	uint64_t cpu_ns;       /* the app's CPU time within the segment (unused since pacing went) */
 };
 
 struct wsr_range {

@@ -279,6 +279,28 @@ def test_exit_check_counts_only_the_launchs_own_misses(files, tmp_path):
     assert x["outside_at_open_bytes"] == 256 * KIB, x
 
 
+def test_exit_check_takes_no_baseline_once_the_app_runs(files, tmp_path):
+    """--judge-at-exit in interleave mode: the app is released before the replay opens a file, so
+    what is cached outside the ranges by then may be the app's own reads: nothing is subtracted."""
+    conn = open_db(tmp_path / "db")
+    export = build(conn, files, [[(0, 0, 64), (1, 512, 128)]], tmp_path)
+    for p in files:
+        evict(p)
+    with open(files[1], "rb") as f:      # cached before the replay opens the file
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+        os.pread(f.fileno(), 256 * KIB, 0)
+    app = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    try:
+        rc, st, err = run_replayer(export, "--mode", "interleave", "--pid", str(app.pid), "--judge-at-exit", "10")
+    finally:
+        app.wait()
+    assert rc == 0, err
+    x = st["exit"]
+    assert x["exited"] and x["files_checked"] == 3, x
+    assert x["outside_at_open_bytes"] == 0, x
+    assert x["missed_bytes"] == 256 * KIB, x
+
+
 @pytest.mark.parametrize("args", [("--pid", "1"), ("--judge-at-exit", "5")])
 def test_pid_and_judge_at_exit_go_together(files, tmp_path, args):
     """--pid only serves --judge-at-exit (pacing is gone): either alone fails fast, before any I/O."""
