@@ -60,18 +60,20 @@ class ScheduleCost:
                 "requests": self.requests, "seeks": self.seeks, "segments": len(self.per_segment)}
 
 
-Locate = Callable[[Range], Sequence[Tuple[int, int]]]
+Locate = Callable[[Range], Optional[Sequence[Tuple[int, int]]]]
 
 
 def schedule_cost(sched: Schedule, profile: DiskProfile, locate: Optional[Locate] = None) -> ScheduleCost:
     """Model sched on profile (ModelCost's DISK_ACCESS, segment.pipelined's T). locate(range) ->
-    [(sector, nr_sectors), ...] says where a range's bytes are (default: where the schedule
-    says); each segment is fetched in fetch order of those places."""
+    [(sector, nr_sectors), ...] says where a range's bytes are (where the schedule says without
+    locate, or where it returns None); each segment is fetched in the schedule's fetch order of
+    those places."""
     per, requests, seeks = [], 0, 0
+    metadata_first = sched.params.get("metadata_first", True)
     for seg in sched.segments:
         placed = [Range(r.dev, run[0], run[1], run[1] * 512, r.file) for r in seg.ranges
-                  for run in (locate(r) if locate else [(r.sector, r.nr_sectors)])]
-        runs = [(r.dev, r.sector * 512, r.nr_sectors * 512) for r in fetch_order(placed)]
+                  for run in ((locate(r) if locate else None) or [(r.sector, r.nr_sectors)])]
+        runs = [(r.dev, r.sector * 512, r.nr_sectors * 512) for r in fetch_order(placed, metadata_first)]
         per.append(profile.access_time(runs))
         prev = None
         for dev, start, length in runs:

@@ -15,7 +15,7 @@ O_DIRECT probes, ...), the remapped schedule stays active and the report says wh
 """
 
 import dataclasses
-from typing import List
+from typing import List, Optional
 
 from ..analyzer.access import remodel
 from ..analyzer.ordering import fetch_order
@@ -55,9 +55,10 @@ def remap_schedule(conn, sched: Schedule, files: Placement) -> Schedule:
     return new
 
 
-def reanalyze(conn, app_names) -> List[dict]:
-    """Remap (and, if the analyzer provides it, re-segment) the active schedule of each app."""
-    files = Placement()
+def reanalyze(conn, app_names, files: Optional[Placement] = None) -> List[dict]:
+    """Remap (and, if the analyzer provides it, re-segment) the active schedule of each app.
+    files: where the files are now (a Placement taken after the last move), or read afresh."""
+    files = Placement() if files is None else files
     out = []
     for name in app_names:
         old = load_active_schedule(conn, name)

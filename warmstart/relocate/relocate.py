@@ -125,14 +125,13 @@ def relocate_apps(conn, names: Sequence[str], dry_run: bool = False, granularity
     report.extents_after = _extent_count(moved_paths)
     placement = Placement()
     for name, s in targets.items():
-        report.model_after[name] = schedule_cost(s, profiles[name][0],
-                                                 lambda r: placement.locate(r) or [(r.sector, r.nr_sectors)]).as_dict()
+        report.model_after[name] = schedule_cost(s, profiles[name][0], placement.locate).as_dict()
 
     say(f"moved {report.moved_files} files; re-analyzing the schedules that read them")
 
     # 5. Record, then remap every active schedule that reads a moved file.
     affected = [s.app_name for s in all_active if moved_paths & {f.path for f in s.files}]
-    report.reanalysis = reanalyze(conn, affected)
+    report.reanalysis = reanalyze(conn, affected, placement)
     report.relocation_id = insert_relocation(conn, report.apps, dev, report.region["start_sector"],
                                              layout.region_bytes, report.moved_files, report.moved_bytes,
                                              report.to_json())
