@@ -72,6 +72,11 @@ def mapped_extents_fd(fd: int) -> List[Extent]:
     return [e for e in fiemap_fd(fd) if mappable(e)]
 
 
+def mapped_extents(path: bytes) -> List[Extent]:
+    """The extents of the file at path whose blocks hold its bytes (see mappable). Raises OSError."""
+    return [e for e in fiemap(path) if mappable(e)]
+
+
 # -- placement: file bytes -> sectors -------------------------------------------------------
 
 class Run(NamedTuple):

@@ -22,7 +22,7 @@ import os
 import struct
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..fiemap import fiemap_fd, mappable
+from ..fiemap import mapped_extents_fd
 from ..devices import block_name, device_node, disk_of
 from ..errors import WarmstartError
 
@@ -167,7 +167,7 @@ class MetadataFinder:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 try:
-                    exts = [e for e in fiemap_fd(fd) if mappable(e)]
+                    exts = mapped_extents_fd(fd)
                 finally:
                     os.close(fd)
             except OSError:

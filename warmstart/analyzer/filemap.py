@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..devices import disk_of
-from ..fiemap import fiemap, mappable, place
+from ..fiemap import mappable, mapped_extents, place
 from ..model import Extent, FileInfo, ScheduledFile
 from .sequence import Access
 
@@ -110,7 +110,7 @@ class FileMap:
             self.report.skipped[name] = problem
             return
         try:
-            exts = [e for e in fiemap(rf.path) if mappable(e)]
+            exts = mapped_extents(rf.path)
         except OSError as e:
             self.report.skipped[name] = f"no FIEMAP: {e.strerror}"
             return

@@ -171,9 +171,15 @@ def profile_without_node(dev: int, rotational: Optional[bool], size: int = 256 *
             why = str(e)
     else:
         why = "no writable directory on it"
+    prof, what = class_model(rotational, size)
+    return prof, f"not timed ({why}): {what}"
+
+
+def class_model(rotational: Optional[bool], size: int) -> Tuple[DiskProfile, str]:
+    """The model of a device's class (rotational when unknown) and how to name it."""
     rot = True if rotational is None else rotational
-    return class_profile(rot, size), (f"not timed ({why}): the {'rotational' if rot else 'non-rotational'} "
-                                      f"class model" + ("" if rotational is not None else " (class unknown)"))
+    return class_profile(rot, size), (f"the {'rotational' if rot else 'non-rotational'} class model"
+                                      + ("" if rotational is not None else " (class unknown)"))
 
 
 def mean_random_switch(profile_curve: Sequence[Tuple[float, float]], span: float) -> float:
@@ -217,12 +223,7 @@ def model_profile(conn, dev: int) -> Tuple[Optional[int], DiskProfile, str]:
     path, row = stored_profile(conn, dev)
     if row is not None:
         return row[0], row[1], f"profile {row[0]} of {path or dev}"
-    rot = devices.rotational(dev)
-    rot_known = rot is not None
-    rot = True if rot is None else rot
-    size = devices.size_bytes(dev)
+    prof, what = class_model(devices.rotational(dev), devices.size_bytes(dev))
     name = path or f"device {os.major(dev)}:{os.minor(dev)}"
-    return None, class_profile(rot, size), (
-        f"no stored profile of {name}: the {'rotational' if rot else 'non-rotational'} class model"
-        + ("" if rot_known else " (class unknown)") + f"; run `warmstart profile-disk {path or '/dev/...'}` "
-        "for this disk's own timing")
+    return None, prof, (f"no stored profile of {name}: {what}; run `warmstart profile-disk "
+                        f"{path or '/dev/...'}` for this disk's own timing")

@@ -86,7 +86,8 @@ def run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate, 
                     tick(f"hook {app.name} {i + 1}")
             status = manage.status(conn)
             # the database's other apps (other disks' runs) have their own verdicts: not this run's
-            ours = {k: v for k, v in (status.get("degraded") or {}).items() if k in hooked}
+            mine = {name for _app, name, *_ in prepared.values()}
+            ours = {k: v for k, v in (status.get("degraded") or {}).items() if k in mine}
             doc["hook"] = {"launches_per_app": cfg.hook_launches, "degraded": ours,
                            "index_apps": (status.get("index") or {}).get("apps")}
         finally:

@@ -20,14 +20,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from ..analyzer.analyze import Options as AnalyzeOptions, analyze
 from ..analyzer.probe import check_direct, device_path
 from ..devices import sysfs_path
-from ..analyzer.profile import measure, measure_through_file
+from ..analyzer.profile import main_dev, measure, measure_through_file
 from ..db import connection, launches as launches_db, open_db
-from ..db.profiles import latest_profile, main_device, save_profile
+from ..db.profiles import latest_profile, save_profile
 from ..db.recordings import (get_app, get_recording, latest_ok_recording_id, list_recordings, load_block_requests,
                              recorded_files_on)
 from ..db.schedules import activate_schedule, list_schedules
@@ -217,16 +217,12 @@ def sorted_pass_s(conn, name: str, disk_dev: int, repeat: int = 3) -> Optional[d
     if not recs:
         return None
     rid = recs[-1]["id"]
-    reqs = [(r.dev, r.sector, r.nr_sectors) for r in load_block_requests(conn, rid)
-            if not r.is_write and r.nr_sectors > 0]
+    reqs = [r for r in load_block_requests(conn, rid) if not r.is_write and r.nr_sectors > 0]
     if not reqs:
         return None
-    sectors: Dict[int, int] = {}
-    for d, _, nr in reqs:
-        sectors[d] = sectors.get(d, 0) + nr
-    dev = disk_dev if disk_dev in sectors else main_device(conn, sectors)
+    dev = disk_dev if any(r.dev == disk_dev for r in reqs) else main_dev(conn, reqs)
     ranges, end = [], -1
-    for _, sector, nr in sorted((r for r in reqs if r[0] == dev), key=lambda r: r[1]):
+    for sector, nr in sorted((r.sector, r.nr_sectors) for r in reqs if r.dev == dev):
         if ranges and sector <= end:  # overlapping or adjacent requests read once
             ranges[-1][1] = max(end, sector + nr) - ranges[-1][0]
         else:

@@ -12,7 +12,7 @@ import stat
 from typing import Dict, Iterable, List, Set, Tuple
 
 from ..model import FileInfo
-from ..fiemap import fiemap, mappable
+from ..fiemap import mapped_extents
 from ..mountinfo import mounts
 
 
@@ -85,6 +85,6 @@ def _found(path: bytes, dev: int, remaining: Set[int], found: Dict) -> None:
 def _extents(path: bytes):
     """Where the file's bytes are now, i.e. where the recorded reads found them."""
     try:
-        return [e for e in fiemap(path) if mappable(e)]
+        return mapped_extents(path)
     except OSError:
         return None   # no FIEMAP here (tmpfs, FUSE, ...): the analyzer uses today's layout
