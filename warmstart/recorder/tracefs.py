@@ -176,6 +176,16 @@ class Instance:
     def start(self) -> None:
         self._write("tracing_on", "1")
 
+    def begin(self) -> "Instance":
+        """Set up and start tracing at once (outside a with block); removed again if that fails."""
+        self.__enter__()
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
     # -- reading --------------------------------------------------------------------------
     def _drain(self) -> None:
         with self._read_lock:

@@ -181,9 +181,7 @@ class UseTracer:
         root = tracefs_root()
         self._inst = Instance(root, "use", EVENTS, buffer_kb=self.buffer_kb, options=("event-fork",),
                               event_pids=[threading.get_native_id()],
-                              filters={ev: dev_filter for ev in EVENTS if ev.startswith("filemap/")})
-        self._inst.__enter__()
-        self._inst.start()
+                              filters={ev: dev_filter for ev in EVENTS if ev.startswith("filemap/")}).begin()
         return self
 
     def stop(self) -> None:

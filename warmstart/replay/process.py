@@ -21,9 +21,7 @@ DEFAULT_ENGINE = "readahead"   # measured best on the emulated HDD: docs/replaye
 class ReplayProcess:
     """One running replayer. Use start(), wait_ready(), finish()."""
 
-    def __init__(self, export_path, mode: str, engine: str = DEFAULT_ENGINE,
-                 extra_args: Sequence[str] = (), uid: Optional[int] = None, gid: Optional[int] = None,
-                 pass_fds: Sequence[int] = ()):
+    def __init__(self, export_path, mode: str, engine: str = DEFAULT_ENGINE, pass_fds: Sequence[int] = ()):
         """pass_fds: fds the replayer keeps (an export_path of /dev/fd/N needs N)."""
         if mode not in MODES:
             raise WarmstartError(f"unknown replay mode {mode!r}: use one of {', '.join(MODES)}")
@@ -32,8 +30,6 @@ class ReplayProcess:
         self.binary = helper_binary("warmstart-replay")
         self.export_path = export_path
         self.mode, self.engine = mode, engine
-        self.extra_args = list(extra_args)
-        self.uid, self.gid = uid, gid
         self.pass_fds = tuple(pass_fds)
         self.proc = None
         self.ready_ns: Optional[int] = None
@@ -44,12 +40,7 @@ class ReplayProcess:
         self._stats = os.fdopen(os.memfd_create("warmstart-replay-stats", os.MFD_CLOEXEC), "w+b")
         args = [str(self.binary), "--mode", self.mode, "--engine", self.engine,
                 "--notify-fd", str(notify_w),
-                "--stats-fd", str(self._stats.fileno())] + self.extra_args
-        if self.uid is not None:
-            args += ["--uid", str(self.uid)]
-        if self.gid is not None:
-            args += ["--gid", str(self.gid)]
-        args.append(os.fsdecode(self.export_path))
+                "--stats-fd", str(self._stats.fileno()), os.fsdecode(self.export_path)]
         self.start_ns = time.monotonic_ns()
         try:
             self.proc = subprocess.Popen(args, pass_fds=(notify_w, self._stats.fileno(), *self.pass_fds),

@@ -70,7 +70,7 @@ class Elf:
             self.runpath: List[bytes] = []
             for seg in elf.iter_segments():
                 if seg["p_type"] == "PT_INTERP":
-                    self.interp = os.fsencode(seg.get_interp_name())
+                    self.interp = seg.data().split(b"\0", 1)[0]   # bytes: any path, not only UTF-8
                 elif seg["p_type"] == "PT_DYNAMIC":
                     for tag in seg.iter_tags():
                         kind = tag.entry.d_tag

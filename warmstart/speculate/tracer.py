@@ -60,13 +60,7 @@ class Tracer:
 
     def start(self) -> "Tracer":
         self._inst = Instance(tracefs_root(), "spec", EVENTS, buffer_kb=self.buffer_kb,
-                              options=("event-fork",), event_pids=[os.getpid()])
-        self._inst.__enter__()
-        try:
-            self._inst.start()
-        except BaseException:
-            self._inst.close()
-            raise
+                              options=("event-fork",), event_pids=[os.getpid()]).begin()
         return self
 
     @property
