@@ -102,9 +102,7 @@ def test_portable_schedule_reader_refuses_cleanly(edits, fix):
         h = HEADER.unpack(b)
         h["payload_len"] = len(b) - HEADER.size
         h["payload_crc32"] = zlib.crc32(b[HEADER.size:])
-        h["header_crc32"] = 0
-        h["header_crc32"] = zlib.crc32(HEADER.pack(**h))
-        b[:HEADER.size] = HEADER.pack(**h)
+        b[:HEADER.size] = HEADER.pack_crc("header_crc32", **h)
     try:
         decode(bytes(b))
     except WarmstartError:

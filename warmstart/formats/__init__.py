@@ -11,12 +11,11 @@ This package is shared: it imports no stage (tests/test_layout.py).
 """
 
 import struct
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+import zlib
+from typing import Dict, NamedTuple, Optional, Tuple
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):
     """One field of a record: its name (C and Python), its struct code ("Q", "q", "I", "d",
     "8s", or "4x" for padding) and what it means (a comment in the C header)."""
     name: str
@@ -59,9 +58,18 @@ class Record:
         """The record at `offset` of `buf` as {field name: value}."""
         return dict(zip(self.names, self.struct.unpack_from(buf, offset)))
 
+    def pack_crc(self, crc_field: str, **values) -> bytes:
+        """pack() with crc_field set to the zlib CRC-32 of the record packed with that field 0."""
+        values[crc_field] = 0
+        values[crc_field] = zlib.crc32(self.pack(**values))
+        return self.pack(**values)
 
-@dataclass(frozen=True)
-class Format:
+    def crc_ok(self, values: dict, crc_field: str) -> bool:
+        """Whether unpacked values carry the CRC-32 that pack_crc(crc_field) writes."""
+        return zlib.crc32(self.pack(**dict(values, **{crc_field: 0}))) == values[crc_field]
+
+
+class Format(NamedTuple):
     """What the C header of a format carries: its prefix, constants and records."""
     name: str                       # "wsr" -> build/gen/wsr_layout.h
     c_prefix: str                   # macro prefix of the records: WSR_HEADER_SIZE

@@ -11,7 +11,6 @@ contents (what the C reader hands the replayer), so the shared test vectors desc
 
 import zlib
 from itertools import starmap
-from dataclasses import dataclass
 from typing import List, NamedTuple
 
 from . import Field, Format, Record
@@ -52,7 +51,7 @@ SEGMENT = Record("SEGMENT", 32,
                  Field("nranges", "I"),
                  Field("pad", "4x"),
                  Field("bytes", "Q"),
-                 Field("cpu_ns", "Q", "the app's CPU time within the segment (for pacing)"))
+                 Field("cpu_ns", "Q", "the app's CPU time within the segment (unused since pacing went)"))
 RANGE = Record("RANGE", 40,
                Field("offset", "Q", "bytes into the file / device"),
                Field("length", "Q", "bytes"),
@@ -102,8 +101,7 @@ assert WsrRange._fields == RANGE.names, "WsrRange must list RANGE's fields in or
 assert WsrSegment._fields == SEGMENT.names
 
 
-@dataclass
-class WsrContents:
+class WsrContents(NamedTuple):
     """A schedule as the replayer sees it: what encode() writes and the C reader decodes."""
     schedule_id: int
     files: List[WsrFile]
@@ -123,10 +121,8 @@ def encode(c: WsrContents) -> bytes:
     payload = b"".join(out) + bytes(strtab)
     fields = dict(magic=MAGIC, version=VERSION, header_size=HEADER.size, schedule_id=c.schedule_id,
                   nfiles=len(c.files), nsegments=len(c.segments), nranges=len(c.ranges), strtab_len=len(strtab),
-                  payload_len=len(payload), payload_crc32=zlib.crc32(payload), reserved=0, header_crc32=0,
-                  reserved2=0)
-    fields["header_crc32"] = zlib.crc32(HEADER.pack(**fields))
-    return HEADER.pack(**fields) + payload
+                  payload_len=len(payload), payload_crc32=zlib.crc32(payload), reserved=0, reserved2=0)
+    return HEADER.pack_crc("header_crc32", **fields) + payload
 
 
 def verify(data: bytes):
@@ -137,8 +133,7 @@ def verify(data: bytes):
     h = HEADER.unpack(data)
     if h["magic"] != MAGIC or h["version"] != VERSION or h["header_size"] != HEADER.size:
         return "bad magic, version or header size"
-    crc, h["header_crc32"] = h["header_crc32"], 0
-    if zlib.crc32(HEADER.pack(**h)) != crc:
+    if not HEADER.crc_ok(h, "header_crc32"):
         return "header checksum mismatch"
     if len(data) != HEADER.size + h["payload_len"] or zlib.crc32(data[HEADER.size:]) != h["payload_crc32"]:
         return "size or payload checksum mismatch"

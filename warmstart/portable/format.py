@@ -110,10 +110,8 @@ def encode(p: Portable) -> bytes:
     payload = meta_b + bytes(files) + b"".join(segs) + b"".join(ranges) + bytes(strtab)
     fields = dict(magic=MAGIC, version=VERSION, header_size=HEADER.size, payload_len=len(payload),
                   payload_crc32=zlib.crc32(payload), meta_len=len(meta_b), nfiles=len(p.files),
-                  nsegments=len(p.segments), nranges=len(ranges), strtab_len=len(strtab), reserved=0,
-                  header_crc32=0)
-    fields["header_crc32"] = zlib.crc32(HEADER.pack(**fields))
-    data = HEADER.pack(**fields) + payload
+                  nsegments=len(p.segments), nranges=len(ranges), strtab_len=len(strtab), reserved=0)
+    data = HEADER.pack_crc("header_crc32", **fields) + payload
     decode(data)   # checked on write as on read (STYLE habit 4)
     return data
 
@@ -130,8 +128,7 @@ def decode(data: bytes, name: str = "schedule file") -> Portable:
         raise bad(f"bad magic {h['magic']!r} (not a warmstart export, or mangled as text)")
     if h["version"] != VERSION:
         raise bad(f"format version {h['version']}, this warmstart reads version {VERSION}")
-    crc, h["header_crc32"] = h["header_crc32"], 0
-    if h["header_size"] != HEADER.size or zlib.crc32(HEADER.pack(**h)) != crc:
+    if h["header_size"] != HEADER.size or not HEADER.crc_ok(h, "header_crc32"):
         raise bad("header checksum mismatch (corrupt)")
     hsize, plen, mlen, slen = h["header_size"], h["payload_len"], h["meta_len"], h["strtab_len"]
     nfiles, nsegs, nranges = h["nfiles"], h["nsegments"], h["nranges"]

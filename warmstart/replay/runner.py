@@ -11,7 +11,7 @@ launching.py detects.
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from ..db import launches
 from ..db.recordings import find_app_by_signature, get_app
@@ -59,8 +59,7 @@ def find_app(conn, argv: Sequence[str], name: Optional[str] = None) -> Optional[
     return find_app_by_signature(conn, exe, signature_argv(exe, argv))
 
 
-@dataclass(frozen=True)
-class Prefetch:
+class Prefetch(NamedTuple):
     """What to prefetch: the app's active schedule, replayed in `mode` ("none": nothing) with the
     fetch `engine`. measure_use: also trace which pages of the schedule's files the launch used
     (pageuse.py: accuracy and waste, file pages only); needs root and tracefs."""
@@ -72,8 +71,7 @@ class Prefetch:
 NO_PREFETCH = Prefetch("none")
 
 
-@dataclass(frozen=True)
-class LaunchOptions:
+class LaunchOptions(NamedTuple):
     """How to launch: until which launch end (launching.py), at most `timeout` seconds.
     passthrough: the app's output goes to ours (else it is captured in LaunchOutcome.output);
     kill_at_end: after a non-exit end, end the app's process group (False leaves it running)."""
@@ -83,8 +81,7 @@ class LaunchOptions:
     kill_at_end: bool = True
 
 
-@dataclass(frozen=True)
-class StoreAs:
+class StoreAs(NamedTuple):
     """The launches row the launch is stored as: `mode` (default the prefetch mode; bench stores
     "cold"/"warm" for mode "none"), the disk it ran on and the bench run it belongs to."""
     mode: Optional[str] = None
