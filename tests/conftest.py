@@ -96,6 +96,30 @@ def emu_hdd():
         disk.down()
 
 
+def _emu_fs(fs: str):
+    require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
+    from warmstart.emudisk import EmuDisk
+    disk = EmuDisk.up(name=_emu_name(fs), profile="hdd7200", image="empty", size_mb=512, fresh=True, fs=fs)
+    try:
+        yield disk
+    finally:
+        disk.down()
+
+
+@pytest.fixture(scope="session")
+def emu_xfs():
+    """An empty XFS (512 MiB) on the emulated 7200 rpm disk, shared like emu_hdd."""
+    yield from _emu_fs("xfs")
+
+
+@pytest.fixture(scope="session")
+def emu_btrfs():
+    """An empty btrfs (512 MiB, mkfs.btrfs defaults) on the emulated
+    7200 rpm disk, shared like emu_hdd. Its files report an anonymous st_dev (0:N), not the loop
+    device's."""
+    yield from _emu_fs("btrfs")
+
+
 @pytest.fixture(scope="session")
 def emu_system():
     """An aged system image (python3, gcc, node) on the emulated 7200 rpm disk; run programs in

@@ -243,3 +243,19 @@ def test_cli_help_and_errors():
     p = subprocess.run([str(REPO / "build" / "hddsim"), "--profile", "hdd7200", "--image", "/nonexistent", "/tmp"],
                        capture_output=True, text=True)
     assert p.returncode != 0 and "/nonexistent" in p.stderr
+
+
+@pytest.mark.parametrize("fs", ["xfs", "btrfs"])
+def test_xfs_and_btrfs_images_on_the_emulated_disk(fs, request):
+    """An empty XFS or btrfs image mounts on the modelled disk, and its files' reads reach the
+    model (the disk counts them) like ext4's."""
+    disk = request.getfixturevalue(f"emu_{fs}")
+    assert disk.fs == fs
+    mounted = [l.split() for l in Path("/proc/self/mounts").read_text().splitlines()]
+    assert [m[2] for m in mounted if m[1] == str(disk.mountpoint)] == [fs]
+    data = os.urandom(3 << 20)
+    (disk.mountpoint / "f").write_bytes(data)
+    disk.drop_caches()
+    disk.reset_stats()
+    assert (disk.mountpoint / "f").read_bytes() == data
+    assert disk.stats()["bytes_read"] >= len(data)

@@ -8,6 +8,7 @@ import json
 import click
 
 from .disk import IMAGES, EmuDisk
+from .image import FILE_SYSTEMS
 
 name_option = click.option("--name", default="emu", show_default=True, help="Disk name (state in /run/warmstart-emu/NAME).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
@@ -15,7 +16,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 def _describe(d: EmuDisk) -> dict:
     return {"name": d.name, "profile": d.profile, "image": d.image, "mountpoint": str(d.mountpoint),
-            "loop_dev": d.loop_dev, "dev": d.dev, "stroke_bytes": d.stroke_bytes, "size_mb": d.size_mb}
+            "loop_dev": d.loop_dev, "dev": d.dev, "stroke_bytes": d.stroke_bytes, "size_mb": d.size_mb, "fs": d.fs}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,22 +38,24 @@ def main():
 @click.option("--image", type=click.Choice(IMAGES), default="empty", show_default=True,
               help="system: the packaged layout; system-random: every file in random order, full stroke.")
 @click.option("--size-mb", type=int, default=512, show_default=True)
+@click.option("--fs", type=click.Choice(FILE_SYSTEMS), default="ext4", show_default=True,
+              help="File system of an empty image.")
 @click.option("--stroke-bytes", type=int, default=None,
               help="Seek stroke of the modelled drive (default: the image; system: 10x the image).")
 @click.option("--fresh", is_flag=True, help="Rebuild even if a healthy disk of that name is up.")
 @click.option("--model-arg", "model_args", multiple=True, help="Extra hddsim option, e.g. --model-arg=--rpm=5400.")
 @json_option
-def up(name, profile, image, size_mb, stroke_bytes, fresh, model_args, as_json):
+def up(name, profile, image, size_mb, fs, stroke_bytes, fresh, model_args, as_json):
     """Create (or reuse) the disk NAME and mount it; cleans up leftovers of a crashed run first.
 
     \b
     Example:
       scripts/emu-disk up --name demo --profile hdd7200 --size-mb 512
     """
-    d = EmuDisk.up(name=name, profile=profile, image=image, size_mb=size_mb, stroke_bytes=stroke_bytes,
+    d = EmuDisk.up(name=name, profile=profile, image=image, size_mb=size_mb, fs=fs, stroke_bytes=stroke_bytes,
                    fresh=fresh, hddsim_args=model_args,
                    progress=None if as_json else (lambda msg: click.echo(msg, err=True)))
-    _emit(_describe(d), as_json, f"{d.name}: {d.profile} {d.image} ext4 on {d.loop_dev} mounted at {d.mountpoint}")
+    _emit(_describe(d), as_json, f"{d.name}: {d.profile} {d.image} {d.fs} on {d.loop_dev} mounted at {d.mountpoint}")
 
 
 @main.command()

@@ -1,6 +1,6 @@
-"""EmuDisk: an ext4 file system on a loop device whose block requests go through a disk model.
+"""EmuDisk: a file system (ext4, XFS or btrfs) on a loop device whose block requests go through a disk model.
 
-The stack, bottom up:  tmpfs image file -> hddsim (FUSE, timed) -> loop (direct I/O) -> ext4.
+The stack, bottom up:  tmpfs image file -> hddsim (FUSE, timed) -> loop (direct I/O) -> ext4/xfs/btrfs.
 Its state lives in /run/warmstart-emu/<name>/state.json so another process can attach to it,
 and so `up` after a crash can find and undo what the crashed run left behind.
 """
@@ -31,6 +31,7 @@ class EmuDisk:
         self.name: str = state["name"]
         self.profile: str = state["profile"]
         self.image: str = state["image"]
+        self.fs: str = state.get("fs", "ext4")
         self.size_mb: int = state["size_mb"]
         self.stroke_bytes: Optional[int] = state.get("stroke_bytes")
         self.mountpoint = Path(state["mountpoint"])
@@ -47,21 +48,27 @@ class EmuDisk:
     @classmethod
     def up(cls, name: str = "emu", profile: str = "hdd7200", image: str = "empty", size_mb: int = 512,
            stroke_bytes: Optional[int] = None, fresh: bool = False,
-           hddsim_args: Sequence[str] = (), progress=None) -> "EmuDisk":
+           hddsim_args: Sequence[str] = (), progress=None, fs: str = "ext4") -> "EmuDisk":
         """Bring the disk up; reuse it if it is already up, healthy and configured the same
         (unless fresh=True), else clean whatever is left of it (even after a crash) and rebuild.
 
         hddsim_args: extra model options (e.g. ["--rpm", "5400"]); see `build/hddsim --help`.
         progress: optional callable(str) told about slow steps (building the system image).
+        fs: the file system of an empty image (ext4, xfs, btrfs); the system image is ext4.
         """
         prof = profiles.get(profile)
         if image not in IMAGES:
             raise WarmstartError(f"unknown image {image!r}: use one of {', '.join(IMAGES)}")
-        if size_mb < 16:
-            raise WarmstartError(f"size_mb={size_mb} is too small for ext4 with a journal: use 16 or more")
+        if fs not in images.FILE_SYSTEMS:
+            raise WarmstartError(f"unknown file system {fs!r}: use one of {', '.join(images.FILE_SYSTEMS)}")
+        if image != "empty" and fs != "ext4":
+            raise WarmstartError(f"the {image} image is ext4 only: use image='empty' for {fs}")
+        if size_mb < images.MIN_SIZE_MB[fs]:
+            raise WarmstartError(f"size_mb={size_mb} is too small for {fs}: use "
+                                 f"{images.MIN_SIZE_MB[fs]} or more")
         if os.geteuid() != 0:
             raise WarmstartError("emulated disks need root (loop devices, mounts, FUSE): run as root")
-        want = {"profile": profile, "image": image, "size_mb": size_mb,
+        want = {"profile": profile, "image": image, "size_mb": size_mb, "fs": fs,
                 "stroke_bytes_arg": stroke_bytes, "hddsim_args": list(hddsim_args)}
         if not fresh:
             try:
@@ -90,7 +97,7 @@ class EmuDisk:
         sdir = _state_dir(state["name"])
         backing = Path(state["backing"])
         if state["image"] == "empty":
-            images.make_empty(backing, state["size_mb"], label=state["name"])
+            images.make_empty(backing, state["size_mb"], label=state["name"], fs=state["fs"])
         else:
             from . import system_image
             layout = state["image"].partition("-")[2] or "packaged"
@@ -113,8 +120,9 @@ class EmuDisk:
         sysops.set_queue(state["loop_dev"], prof.rotational, prof.scheduler)
         mnt = Path(state["mountpoint"])
         mnt.mkdir(parents=True, exist_ok=True)
-        sysops.run(["mount", "-t", "ext4", state["loop_dev"], str(mnt)],
-                   fix="check `dmesg | tail` for the ext4 error")
+        fs = state.get("fs", "ext4")
+        sysops.run(["mount", "-t", fs, state["loop_dev"], str(mnt)],
+                   fix=f"check `dmesg | tail` for the {fs} error")
         if state["image"].startswith("system"):
             chroot.mount_api(mnt)
             state["chroot"] = True

@@ -1,21 +1,31 @@
-"""Backing images: a fresh ext4 file, or a copy of the cached aged system image."""
+"""Backing images: a fresh file system (ext4, XFS or btrfs) in a file, or a copy of the cached
+aged system image."""
 
 import os
 from pathlib import Path
 
 from .sysops import run
 
-# mkfs options: initialise inode tables and journal now, so no ext4lazyinit writes reach the
-# emulated disk later and disturb timings.
-MKFS_ARGS = ["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"]
+# mkfs command lines per file system, with the Debian package that has the program. ext4:
+# initialise inode tables and journal now, so no ext4lazyinit writes reach the emulated disk later
+# and disturb timings. XFS labels hold 12 bytes, ext4's and btrfs's more.
+MKFS = {
+    "ext4": (["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", "-L"], 16, "e2fsprogs"),
+    "xfs": (["mkfs.xfs", "-f", "-q", "-L"], 12, "xfsprogs"),
+    "btrfs": (["mkfs.btrfs", "-f", "-q", "-L"], 16, "btrfs-progs"),
+}
+FILE_SYSTEMS = tuple(MKFS)
+# the smallest image each mkfs accepts (xfsprogs 5.x: 300 MiB for a data file system)
+MIN_SIZE_MB = {"ext4": 16, "xfs": 300, "btrfs": 128}
 
 
-def make_empty(path: Path, size_mb: int, label: str = "warmstart") -> None:
-    """Create a sparse file of size_mb MiB holding an empty ext4 file system."""
+def make_empty(path: Path, size_mb: int, label: str = "warmstart", fs: str = "ext4") -> None:
+    """Create a sparse file of size_mb MiB holding an empty file system of type fs."""
+    argv, label_max, package = MKFS[fs]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
         f.truncate(size_mb * 1024 * 1024)
-    run(MKFS_ARGS + ["-L", label[:16], str(path)], fix="install e2fsprogs (make deps)")
+    run(argv + [label[:label_max], str(path)], fix=f"install {package} (make deps)")
 
 
 def copy_image(src: Path, dst: Path) -> None:
