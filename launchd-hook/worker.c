@@ -259,8 +259,8 @@ static void release(struct worker *w, struct hold *h, const char *outcome)
 {
 	uint64_t now = ws_now_ns();
 
-	respond(w, h->event_fd, FAN_ALLOW);
-	close(h->notify_fd);
+	/* the record first, then the answer: once allowed, the app may exit (and whoever waits for
+	 * it read the events file) before this worker runs again on a busy machine */
 	if (h->learn)
 		emit_event(w, "\"event\": \"learn\", \"pid\": %d, \"held_ms\": %.3f, \"outcome\": \"%s\"",
 			   (int)h->app, (now - h->start_ns) / 1e6, outcome);
@@ -270,6 +270,8 @@ static void release(struct worker *w, struct hold *h, const char *outcome)
 			      "\"uid\": %u",
 			   (unsigned long long)h->schedule_id, (int)h->app, (int)h->replayer,
 			   (now - h->start_ns) / 1e6, outcome, h->start_ns / 1e9, h->stats, (unsigned)h->uid);
+	respond(w, h->event_fd, FAN_ALLOW);
+	close(h->notify_fd);
 	h->event_fd = -1;
 	w->hb->held--;
 }
@@ -469,9 +471,9 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 	if (starttime && in_flight(w, m->pid, starttime, e->schedule_id)) {
 		/* the wrapper this process exec'd before (env, chroot) was hooked and decided this
 		 * launch: its replayer is fetching (or done), having held the wrapper's exec */
-		respond(w, m->fd, FAN_ALLOW);
 		emit_event(w, "\"event\": \"exec-in-flight\", \"schedule_id\": %llu, \"pid\": %d",
 			   (unsigned long long)e->schedule_id, (int)m->pid);
+		respond(w, m->fd, FAN_ALLOW);
 		return;
 	}
 	if (w->stale[e - w->idx.entries]) {

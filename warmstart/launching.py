@@ -213,6 +213,47 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+class _SignalsDeferred:
+    """Hold SIGINT, SIGTERM and SIGHUP back while the command is being started.
+
+    A Ctrl-C that lands inside Popen (after the fork, while it waits for the exec) or before the
+    Popen object is kept would raise with the child running and nobody to end it: the command
+    ran on, holding the caller's stderr open. While held, a signal is only noted; release()
+    puts the handlers back and raises each noted signal again, once the child can be ended.
+    Outside the main thread (no handlers can be set) nothing is held."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.saved, self.pending = {}, []
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.saved[sig] = signal.signal(sig, self._note)
+
+    def _note(self, signum, frame):
+        self.pending.append(signum)
+
+    def release(self):
+        saved, self.saved = self.saved, {}
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(self.pending):
+            signal.raise_signal(sig)  # its own handler now (Ctrl-C: KeyboardInterrupt)
+
+
+def _start(argv: Sequence, cwd, env) -> subprocess.Popen:
+    try:
+        return subprocess.Popen(list(argv), cwd=cwd, env=dict(env) if env is not None else None,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                start_new_session=True)  # own group: the end kills all of it
+    except FileNotFoundError as e:
+        raise WarmstartError(f"command not found: {e.filename}; give its full path or fix PATH")
+    except PermissionError as e:
+        raise WarmstartError(f"cannot execute {e.filename}: permission denied; chmod +x it")
+    except OSError as e:
+        raise WarmstartError(f"cannot start {os.fsdecode(argv[0])}: {e.strerror}")
+
+
 def launch(argv: Sequence, until: Until = Until("exit"), timeout: float = 60.0, *,
            cwd=None, env: Optional[Mapping[str, str]] = None, devices: Sequence[int] = (),
            passthrough: bool = True, kill_at_end: bool = True,
@@ -235,21 +276,18 @@ def launch(argv: Sequence, until: Until = Until("exit"), timeout: float = 60.0, 
                                  "paths is on one: pass --device /dev/...")
     devices = list(devices)
     start_ns = time.monotonic_ns()
+    held = _SignalsDeferred()
     try:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env) if env is not None else None,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                start_new_session=True)  # own group: the end kills all of it
-    except FileNotFoundError as e:
-        raise WarmstartError(f"command not found: {e.filename}; give its full path or fix PATH")
-    except PermissionError as e:
-        raise WarmstartError(f"cannot execute {e.filename}: permission denied; chmod +x it")
-    except OSError as e:
-        raise WarmstartError(f"cannot start {os.fsdecode(argv[0])}: {e.strerror}")
+        proc = _start(argv, cwd, env)
+    except BaseException:
+        held.release()
+        raise
     pump = _OutputPump(proc.stdout, until.regex if until.kind == "stdout" else None, passthrough)
     pump.start()
     end_ns = None
     reason = None
     try:
+        held.release()  # a signal that came during the start is raised here: the command is ended
         if on_started is not None:
             on_started(proc.pid)
         deadline = start_ns + int(timeout * 1e9)
