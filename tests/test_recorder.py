@@ -282,6 +282,32 @@ def test_ctrl_c_removes_tracing_and_stores_nothing(tmp_path, needs_tracefs):
     assert not _alive(child), "the recorded command survived Ctrl-C"
 
 
+def test_ctrl_c_while_the_command_starts_ends_it(monkeypatch):
+    """The flake behind test_ctrl_c_removes_tracing_and_stores_nothing, made certain: the SIGINT
+    lands inside Popen, after the fork (the test's Ctrl-C right after it sees the child, on a busy
+    machine). The command must be ended all the same, not left running with our stderr."""
+    from warmstart import launching
+    real, started = subprocess.Popen, []
+
+    def popen_then_ctrl_c(*a, **kw):
+        p = real(*a, **kw)
+        started.append(p.pid)
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs before Popen has returned
+        return p
+    monkeypatch.setattr(launching.subprocess, "Popen", popen_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        launching.launch(["sleep", "30"], passthrough=False)
+    [pid] = started
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = _alive(pid)
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the command survived a Ctrl-C during its start"
+
+
 def test_killed_recorder_instances_are_removed_next_time(tmp_path, needs_tracefs):
     db = tmp_path / "w.db"
     p = _recorder(db, "--name", "killed", "--", "sleep", "7")
