@@ -5,8 +5,12 @@
   UBSan, runs for a fixed budget over the committed corpus and over seeds the current writers
   make now (so a format change cannot leave the fuzzer testing an old format).
 - Python readers (.wsched imports, the hook index, tracefs event lines): hypothesis mutates valid
-  inputs (checksums recomputed, so mutations get past them); the only allowed failure is
-  WarmstartError, the one a user sees as a clear line.
+  inputs (checksums recomputed, so mutations get past them). Each input either parses into a
+  well-formed value or is refused with WarmstartError naming the file and the fix, the one a user
+  sees as a clear line; never another exception. A mutation with the checksums left as they were
+  must be refused, the seed itself must parse to what was written.
+- Past findings (tests/fuzz/regressions, written by `make_corpus.py --regressions`) are replayed
+  with the outcome each must have.
 """
 
 import re
@@ -52,11 +56,27 @@ def test_committed_corpus_is_of_the_current_formats():
 
 
 def test_past_findings_stay_fixed():
+    """Every past finding is kept (commit 4b043bc: .wsr paths that walk elsewhere, ranges past
+    a file's last page, traced numbers past 64 bits): the C ones must get the outcome their name
+    says (`fuzz-formats --replay` checks refused-*/parses-*), the tracefs lines must be skipped."""
     require(FUZZ.exists(), "run `make binaries`")
     inputs = sorted(REGRESSIONS.glob("*")) if REGRESSIONS.is_dir() else []
-    if inputs:
-        r = subprocess.run([str(FUZZ), "--replay", *map(str, inputs)], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr[-3000:]
+    assert inputs, f"no past findings in {REGRESSIONS}: write them with tests/fuzz/make_corpus.py --regressions"
+    binary = [p for p in inputs if p.suffix != ".txt"]
+    assert any(p.name.startswith("refused-") for p in binary) and any(p.suffix == ".txt" for p in inputs), inputs
+    r = subprocess.run([str(FUZZ), "--replay", *map(str, binary)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"wsr: %d executions" % sum(p.suffix == ".wsr" for p in binary), r.stdout), r.stdout
+    from warmstart.recorder import events
+    for p in inputs:
+        if p.suffix != ".txt":
+            continue
+        for line in p.read_bytes().splitlines():
+            name, _, body = line.partition(b" ")
+            ev = events.parse_line(b"  python3-1234    [001] d..1.  1234.567890: %s: %s" % (name, body))
+            assert ev is not None, line
+            assert events.assemble_requests([ev]) == [], line  # no device has these numbers: skipped
+            assert events.filemap_pages(ev.body) is None, line
 
 
 # ---- Python readers ---------------------------------------------------------------------------
@@ -103,10 +123,24 @@ def test_portable_schedule_reader_refuses_cleanly(edits, fix):
         h["payload_len"] = len(b) - HEADER.size
         h["payload_crc32"] = zlib.crc32(b[HEADER.size:])
         b[:HEADER.size] = HEADER.pack_crc("header_crc32", **h)
+    outcome = _read(decode, b, "portable schedule")
+    if bytes(b) == PORTABLE_SEED:
+        assert outcome == decode(PORTABLE_SEED)
+    elif not fix:
+        assert outcome == "refused", "a corrupt .wsched with its old checksums was taken"
+    if outcome != "refused":
+        assert isinstance(outcome.app_name, str) and isinstance(outcome.executable, bytes), outcome
+        assert all(isinstance(a, bytes) for a in outcome.argv) and isinstance(outcome.meta, dict), outcome
+        assert all(0 <= r.file_no < len(outcome.files) for s in outcome.segments for r in s.ranges), outcome
+
+
+def _read(decode, data, what):
+    """The reader's value, or "refused" after a WarmstartError that says what to do."""
     try:
-        decode(bytes(b))
-    except WarmstartError:
-        pass
+        return decode(bytes(data))
+    except WarmstartError as e:
+        assert what in str(e) and ("export it again" in str(e) or "hook install" in str(e)), str(e)
+        return "refused"
 
 
 def _index_seed() -> bytes:
@@ -129,10 +163,16 @@ def test_hook_index_reader_refuses_cleanly(edits, fix):
         fields = HEADER.unpack(b)
         fields["checksum"] = fnv1a64(bytes(b[HEADER.size:]))
         b[:HEADER.size] = HEADER.pack(**fields)
-    try:
-        decode(bytes(b))
-    except WarmstartError:
-        pass
+    outcome = _read(decode, b, "index")
+    if bytes(b) == INDEX_SEED:
+        assert outcome == decode(INDEX_SEED)
+    elif not fix and bytes(b[HEADER.size:]) != INDEX_SEED[HEADER.size:]:
+        assert outcome == "refused", "a corrupt index with its old checksum was taken"
+    if outcome != "refused":
+        assert len(outcome.entries) == HEADER.unpack(b)["n_entries"], outcome
+        for e in outcome.entries:
+            assert isinstance(e.exe, bytes) and isinstance(e.schedule, bytes) and isinstance(e.name, str), e
+            assert all(isinstance(x, bytes) for x in e.needles + e.files), e
 
 
 TRACE_PREFIX = st.sampled_from([

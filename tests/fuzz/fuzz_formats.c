@@ -11,6 +11,9 @@
  *   fuzz-formats [--seconds S] [--seed N] [--crash-dir DIR] FILE|DIR...   fuzz for S seconds
  *   fuzz-formats --replay FILE...                                         run inputs once
  *
+ * With --replay, a file named refused-* must be refused by its reader and one named parses-*
+ * accepted (tests/fuzz/regressions: past findings; make_corpus.py --regressions writes them).
+ *
  * Files are told apart by their magic. Prints "N executions, N accepted" per format. */
 #include <dirent.h>
 #include <errno.h>
@@ -34,6 +37,7 @@ struct seed {
 	enum fmt fmt;
 	unsigned char *data;
 	size_t len;
+	const char *name; /* the file's base name */
 };
 
 static struct seed *seeds;
@@ -271,7 +275,8 @@ static void add_seed(const char *path)
 		return;
 	}
 	seeds = realloc(seeds, (nseeds + 1) * sizeof(*seeds));
-	seeds[nseeds++] = (struct seed){f, d, len};
+	const char *base = strrchr(path, '/');
+	seeds[nseeds++] = (struct seed){f, d, len, strdup(base ? base + 1 : path)};
 }
 
 static void add_path(const char *path)
@@ -340,9 +345,16 @@ int main(int argc, char **argv)
 		memcpy(buf, seeds[s].data, seeds[s].len);
 		unsigned long long before = accepted[seeds[s].fmt];
 		run_one(seeds[s].fmt, buf, seeds[s].len);
-		if (!replay && accepted[seeds[s].fmt] == before) {
+		int took = accepted[seeds[s].fmt] != before;
+		if (!replay && !took) {
 			fprintf(stderr, "fuzz-formats: seed %zu (%s) is refused by its reader: regenerate the corpus\n",
 				s, fmt_name[seeds[s].fmt]);
+			return 1;
+		}
+		int must_refuse = !strncmp(seeds[s].name, "refused-", 8), must_parse = !strncmp(seeds[s].name, "parses-", 7);
+		if (replay && ((must_refuse && took) || (must_parse && !took))) {
+			fprintf(stderr, "fuzz-formats: %s was %s by its reader (a past finding is back)\n",
+				seeds[s].name, took ? "accepted" : "refused");
 			return 1;
 		}
 	}

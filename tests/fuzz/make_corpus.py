@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """Write the fuzzing seeds with the real writers: .wsr (replay/export.py) and hook.idx
-(hook/index.py). Run again after a format change: `python3 tests/fuzz/make_corpus.py DIR`."""
+(hook/index.py). Run again after a format change: `python3 tests/fuzz/make_corpus.py DIR`.
+
+`--regressions DIR` writes the past findings instead (tests/fuzz/regressions): inputs a reader
+once took or choked on, written by the real writer (checksums right, as a writer that meant it).
+The name says what the fixed reader must do: `refused-*` refused, `parses-*` accepted (the
+boundary beside a finding), `trace-*.txt` tracefs lines the recorder must skip, not crash on."""
 
 import sys
 from pathlib import Path
@@ -40,9 +45,33 @@ def index(n: int) -> Index:
     return Index(entries=entries)
 
 
-def main(target: Path) -> None:
+def _one_file_wsr(path: bytes, size: int = 65659, offset: int = 0, length: int = 4096) -> bytes:
+    f = ScheduledFile(path, 0x801, 1000, size, 1_700_000_000_000_000_000, 1_700_000_000_000_000_000)
+    seg = Segment(1, 1, 1, 0.01, 0.002, length, [Range(0x801, 2048, length // 512, length, f, offset, 1)])
+    return encode_wsr(Schedule(1, "app1", "ours", "model", 0.05, length, 0, [1], [seg], [f], {}))
+
+
+def findings() -> dict:
+    """Commit 4b043bc (issue 17): the .wsr reader (the replayer, run as root) took paths that
+    walk elsewhere and ranges past the file's last page; a traced major:minor past 64 bits
+    raised OverflowError in the recorder (events.makedev)."""
+    out = {f"refused-wsr-path-{tag}.wsr": _one_file_wsr(path) for tag, path in (
+        ("relative", b"usr/lib/libz.so.1"), ("dotdot", b"/usr/lib/../../etc/shadow"),
+        ("dot", b"/usr/lib/./libz.so.1"), ("double-slash", b"/usr/lib//libz.so.1"),
+        ("trailing-slash", b"/usr/lib/libz.so.1/"), ("root-dot", b"/."))}
+    out["refused-wsr-range-past-eof.wsr"] = _one_file_wsr(b"/usr/lib/libz.so.1", size=8000, offset=8192)
+    out["parses-wsr-range-in-last-partial-page.wsr"] = _one_file_wsr(b"/usr/lib/libz.so.1", size=8000, offset=4096)
+    out["trace-major-past-64-bits.txt"] = (
+        b"block_rq_issue 99999999999999,0 R 4096 () 123 + 8 [python3]\n"
+        b"block_rq_issue 8,0 R 4096 () 184467440737095516160 + 8 [python3]\n"
+        b"block_rq_complete 340282366920938463463374607431768211456,1 R () 8 + 8 [0]\n"
+        b"mm_filemap_add_to_page_cache dev 18446744073709551616:1 ino 1f pfn=0x1 ofs=0 order=0\n")
+    return out
+
+
+def main(target: Path, seeds=None) -> None:
     target.mkdir(parents=True, exist_ok=True)
-    seeds = {
+    seeds = seeds or {
         "small.wsr": encode_wsr(schedule(1, 1, 1, 2)),
         "segmented.wsr": encode_wsr(schedule(7, 5, 4, 6)),
         "empty.wsr": encode_wsr(schedule(3, 1, 0, 0)),
@@ -55,4 +84,7 @@ def main(target: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "corpus")
+    if sys.argv[1:2] == ["--regressions"]:
+        main(Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).resolve().parent / "regressions", findings())
+    else:
+        main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "corpus")
