@@ -146,12 +146,45 @@ def test_new_database_is_private_from_the_first_write(tmp_path):
         os.umask(old)
 
 
-def test_readable_database_of_an_older_version_is_tightened(tmp_path):
-    path = tmp_path / "old.db"
-    open_db(path).close()
+def _older_database(path, version):
+    """A database as a warmstart of schema `version` left it: only the first `version`
+    migrations applied, one app in it, readable by everyone (as files were created then)."""
+    from warmstart.db.connection import _split_sql
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    for number, (_, step) in enumerate(MIGRATIONS[:version], start=1):
+        if callable(step):
+            step(conn)
+        else:
+            for statement in _split_sql(step):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {number}")
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("INSERT INTO apps (name, executable, argv_json, created_at) VALUES ('old', x'2f62696e2f7368', "
+                 "'[\"sh\"]', 1)")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
     os.chmod(path, 0o644)
-    open_db(path).close()
+
+
+def _schema(conn):
+    return conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+
+
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
+def test_readable_database_of_an_older_version_is_tightened(tmp_path, version):
+    """Every older schema version: opening it tightens the file to 0600 and upgrades it to
+    exactly the schema a new database gets, keeping its rows."""
+    path = tmp_path / "old.db"
+    _older_database(path, version)
+    conn = open_db(path)
     assert _mode(path) == 0o600
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert [tuple(r) for r in conn.execute("SELECT name, argv_json FROM apps")] == [("old", '["sh"]')]
+    fresh = open_db(tmp_path / "fresh.db")
+    assert [tuple(r) for r in _schema(conn)] == [tuple(r) for r in _schema(fresh)]
+    conn.close()
+    fresh.close()
 
 
 def test_foreign_database_keeps_its_mode(tmp_path):

@@ -144,8 +144,7 @@ def test_status_json_on_an_empty_tree(tmp_path, monkeypatch):
 
 def test_c_index_tests_pass():
     binary = REPO / "build" / "test-hook-index"
-    if not binary.exists():
-        pytest.skip("build/test-hook-index not built: run `make binaries ctest`")
+    require(binary.exists(), "build/test-hook-index not built: run `make binaries ctest`")
     r = subprocess.run([str(binary)], capture_output=True, text=True)
     assert r.returncode == 0 and "0 failed" in r.stdout, r.stdout + r.stderr
 

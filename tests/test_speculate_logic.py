@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from conftest import require
 from warmstart.speculate.online import (JUDGE_MIN_PAGES, SLOW_START_PAGES, OnlinePrefetcher, classify,
                                         competitive_depth_pages, merge_runs)
 from warmstart.speculate.preresolve import Elf, launch_files, read_ld_cache, resolve_in_root
@@ -115,8 +116,7 @@ def test_resolve_in_root_keeps_absolute_symlinks_inside(tmp_path):
 @pytest.mark.parametrize("prog", ["python3", "gcc", "ls", "bash"])
 def test_preresolution_matches_the_dynamic_loader(prog):
     exe = shutil.which(prog)
-    if exe is None:
-        pytest.skip(f"{prog} not installed")
+    require(exe is not None, f"{prog} not installed")
     # ld.so itself lists what it loads (LD_TRACE_LOADED_OBJECTS is what ldd uses)
     out = subprocess.run([exe], env={"LD_TRACE_LOADED_OBJECTS": "1"}, capture_output=True).stdout
     want = {os.path.realpath(l.split(b"=>")[1].split()[0]) for l in out.splitlines() if b"=> /" in l}
