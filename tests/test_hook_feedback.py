@@ -82,3 +82,20 @@ def test_learn_auto_relearns_only_after_consecutive_bad_verdicts(db):
         assert not stale(conn, sid)
     _, v = feedback.judge(conn, event(sid), bad, cfg)
     assert v["action"] == "relearn" and stale(conn, sid)
+
+
+@pytest.mark.parametrize("missed, grew", [(4 * MIB + MIB // 2, True), (4 * MIB, False)])
+def test_misses_that_grew_past_the_recent_median_are_a_bad_verdict(db, missed, grew):
+    """docs/hook.md, "Bad": misses over 2x the median of the last 5 judged launches (+4 MiB) are
+    bad even with the hit ratio above the threshold (19 MiB covered, 4.5 MiB missed: 81 %)."""
+    conn, sid = db
+    cfg = HookConfig()
+    for _ in range(5):
+        _, v = feedback.judge(conn, event(sid), stats(19 * MIB, MIB // 4), cfg)
+        assert v["judged"] and not v["bad"], v
+    _, v = feedback.judge(conn, event(sid), stats(19 * MIB, missed), cfg)
+    assert v["judged"] and v["hit_ratio"] >= cfg.accuracy_threshold, v
+    assert v["missed_baseline_bytes"] == MIB // 4
+    assert v["bad"] is grew, v
+    if grew:
+        assert v["reason"] == f"misses grew to {missed} B (median before {MIB // 4} B)" and v["bad_streak"] == 1
