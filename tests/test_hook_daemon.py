@@ -394,5 +394,7 @@ def test_exec_latency_of_unrelated_binaries(live, capsys):
     with capsys.disabled():
         print(f"\n/bin/true exec median: {without_us:.0f} us without, {with_us:.0f} us with warmstartd "
               f"(+{diff:.0f} us); daemon decision median {stats.get('unrelated_decision_median_us')} us")
-    assert stats["unrelated_decision_median_us"] < 1000
+    # docs/hook.md: median decision 4-5 us (4.4-10.6 seen under load); the exec's +54-233 us grows
+    # with the machine's load (two sleep/wake round trips), so that one keeps a wide bound
+    assert stats["unrelated_decision_median_us"] < 50, stats
     assert diff < 1000, (without, with_)
