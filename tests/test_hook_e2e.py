@@ -232,24 +232,47 @@ def test_learn_auto_prefetches_the_second_plain_launch(hookenv, capsys):
 
 
 def _hog_page_cache():
-    """Allocate and touch all but ~1 GiB of the memory available: the kernel evicts page cache
+    """Allocate and touch all but ~3 GiB of the memory available: the kernel evicts page cache
     (what a browser or a build does to a desktop between two launches of an app). In huge pages,
     populated by the kernel in one call (MADV_POPULATE_WRITE, Linux 5.14): touching 4 KiB pages
-    one by one took 50-80 s for 23 GiB in this VM, this takes 20-40 s."""
+    one by one took 50-80 s for 23 GiB in this VM, this takes 20-40 s. Others share this machine
+    and allocate too: if the OOM killer ends the hog (SIGKILL), the cache was evicted all the same."""
     avail = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemAvailable:")) * 1024
-    size = max(0, avail - (1 << 30)) & ~((2 << 20) - 1)
+    size = max(0, avail - (3 << 30)) & ~((2 << 20) - 1)
     code = ("import mmap, sys; n = int(sys.argv[1]); m = mmap.mmap(-1, n)\n"
             "m.madvise(mmap.MADV_HUGEPAGE)\n"
             "try: m.madvise(23)  # MADV_POPULATE_WRITE\n"
             "except OSError:\n"
             "    for o in range(0, n, 4096): m[o] = 1")
-    subprocess.run([sys.executable, "-c", code, str(size)], check=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code, str(size)], timeout=120)
+    assert r.returncode in (0, -9), r
+
+
+HIT_RATIO_20 = 0.85  # docs/hook.md: 0.89 each
+
+
+def _wait_for_exit_measurement(launch, timeout=90):
+    """Until the replayer's report of this launch holds its measurement at the exit (the report
+    exists, empty, from the replayer's start), or the learner has consumed it already."""
+    path = Path(launch["stats"])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if "exit" in json.loads(path.read_text()):
+                return
+        except FileNotFoundError:
+            return
+        except ValueError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"no measurement at the exit in {path} after {timeout} s")
 
 
 def test_twenty_launches_with_cache_loss_all_prefetched(hookenv, capsys):
     """Everyday use: the page cache is dropped right after every hooked launch's exit, and a
     memory hog evicts it between some of them. The feedback must not take that for a bad
-    schedule: all 20 launches are prefetched and the app never leaves the index."""
+    schedule: all 20 launches are prefetched and the app never leaves the index.
+    docs/hook.md ("Accuracy feedback", Measured): 20/20 `ready`, 20 judged, hit ratio 0.89 each."""
     h = hookenv
     name = "hk-async"
     record_and_analyze(h, name)
@@ -259,10 +282,15 @@ def test_twenty_launches_with_cache_loss_all_prefetched(hookenv, capsys):
         h.disk.drop_caches()
         t, p = h.plain(name)
         assert p.returncode == 0, p.stderr
-        h.disk.drop_caches()  # right after the exit: the replayer's verdict is taken at the exit
+        launch = [e for e in h.events() if e.get("event") == "launch"][-1]
+        outcomes.append(launch["outcome"])
+        # the cache is lost once the replayer has measured at the exit, before the learner reads
+        # the report and judges (a drop in the moment between the exit and that measurement
+        # makes the launch "not judged", never bad: that race is not what this test is about)
+        _wait_for_exit_measurement(launch)
+        h.disk.drop_caches()
         if i % 10 == 4:  # twice
             _hog_page_cache()
-        outcomes.append([e for e in h.events() if e.get("event") == "launch"][-1]["outcome"])
         status = h.wsj("hook", "status")
         assert name in status["index"]["apps"], f"launch {i + 1}: {name} left the index: {status}"
     rows = wait_for_hook_rows(h, 20, timeout=120)
@@ -272,8 +300,13 @@ def test_twenty_launches_with_cache_loss_all_prefetched(hookenv, capsys):
               f"{sum(v['judged'] for v in verdicts)}, not judged: "
               f"{sorted({v['not_judged'] for v in verdicts if not v['judged']})}; hit ratios "
               f"{[round(v['hit_ratio'], 2) for v in verdicts if v.get('hit_ratio') is not None]}")
-    assert outcomes == ["ready"] * 20 or all(o in ("ready", "deadline") for o in outcomes), outcomes
+    # ready, or released at the hold's deadline with the replay going on (a loaded machine: the
+    # replayer is slower than the hold): prefetched either way
+    assert all(o in ("ready", "deadline") for o in outcomes), outcomes
     assert all((r["prefetched_bytes"] or 0) > 0 for r in rows), [r["prefetched_bytes"] for r in rows]
+    # the cache lost after the exit must not stop a verdict: each launch judged, at the documented ratio
+    assert [v["judged"] for v in verdicts] == [True] * 20, [v.get("not_judged") for v in verdicts]
+    assert all(v["hit_ratio"] >= HIT_RATIO_20 for v in verdicts), [v["hit_ratio"] for v in verdicts]
     assert not any(v["action"] for v in verdicts), verdicts
     status = h.wsj("hook", "status")
     assert name in status["index"]["apps"] and not status["degraded"], status
@@ -289,6 +322,9 @@ CONCURRENT = {  # name -> (argv inside the image, check of a plain run's result)
 CONC_SOURCE = ("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
                "int f(const char *s) { char b[64]; snprintf(b, sizeof b, \"%s!\", s); return (int)strlen(b); }\n"
                "int main(int c, char **v) { return f(c > 1 ? v[1] : \"x\") + atoi(\"0\"); }\n")
+
+
+SEVERAL_AT_MOST = 0.60  # with the hook, the three at once take at most 60 % of the time without
 
 
 def test_several_recorded_apps_launched_at_once(hookenv, capsys):
@@ -368,4 +404,5 @@ def test_several_recorded_apps_launched_at_once(hookenv, capsys):
             print(f"  {k} per app (s from the common start):",
                   {n: round(statistics.median(e[n] for _, e in v), 3) for n in CONCURRENT})
         print("  hooked (outcome, held ms):", outcomes)
-    assert med["hook"] < med["plain"] * 1.10, med
+    # docs/hook.md, "Several recorded apps launched at once": -55 % and -56 % measured
+    assert med["hook"] <= med["plain"] * SEVERAL_AT_MOST, med
