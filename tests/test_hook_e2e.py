@@ -239,6 +239,8 @@ def _hog_page_cache():
     and allocate too: if the OOM killer ends the hog (SIGKILL), the cache was evicted all the same."""
     avail = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemAvailable:")) * 1024
     size = max(0, avail - (3 << 30)) & ~((2 << 20) - 1)
+    if size < 512 << 20:
+        return  # memory is short already (another hog on this shared machine): the cache is squeezed
     code = ("import mmap, sys; n = int(sys.argv[1]); m = mmap.mmap(-1, n)\n"
             "m.madvise(mmap.MADV_HUGEPAGE)\n"
             "try: m.madvise(23)  # MADV_POPULATE_WRITE\n"
