@@ -308,8 +308,8 @@ def test_twenty_launches_with_cache_loss_all_prefetched(hookenv, capsys):
     assert all(o in ("ready", "deadline") for o in outcomes), outcomes
     assert all((r["prefetched_bytes"] or 0) > 0 for r in rows), [r["prefetched_bytes"] for r in rows]
     # the cache lost after the exit does not stop a verdict: judged, at the documented ratio. Only
-    # a cache lost during the launch itself leaves one not judged, and says so (2 of 20 in each
-    # of three runs here; drop_caches is global on this shared machine)
+    # a cache lost during the launch itself leaves one not judged, and says so (0-2 of 20 in four
+    # runs here; drop_caches is global on this shared machine)
     judged = [v for v in verdicts if v["judged"]]
     assert len(judged) >= JUDGED_OF_20, [v.get("not_judged") for v in verdicts]
     assert all(v["hit_ratio"] >= HIT_RATIO_20 for v in judged), [v["hit_ratio"] for v in judged]
