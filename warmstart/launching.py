@@ -228,7 +228,8 @@ class _SignalsDeferred:
         self.saved, self.pending = {}, []
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
-                self.saved[sig] = signal.signal(sig, self._note)
+                if signal.getsignal(sig) is not None:  # None: set outside Python, left alone
+                    self.saved[sig] = signal.signal(sig, self._note)
 
     def _note(self, signum, frame):
         self.pending.append(signum)
