@@ -202,3 +202,21 @@ def test_warmstartd_and_the_replayer_write_no_file_through_a_link(place, tmp_pat
                        capture_output=True, text=True, timeout=30)
     assert "cannot write stats" in r.stderr, r.stderr
     untouched(place)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge-sparse"])
+def test_a_config_that_is_no_small_regular_file_is_refused_unread(place, kind):
+    """The config root reads: a FIFO there does not hang the reader, a huge (sparse) file is not
+    read into memory; both refused with what to do."""
+    from warmstart.hook.config import load_config
+    cfg = place.top / "root" / "warmstart.toml"
+    if kind == "fifo":
+        os.mkfifo(cfg, 0o644)
+    else:
+        with open(cfg, "wb") as f:
+            f.truncate(300 << 20)
+        os.chmod(cfg, 0o644)
+    start = time.monotonic()
+    with pytest.raises(WarmstartError, match="not a regular file of at most"):
+        load_config(cfg, system=True)
+    assert time.monotonic() - start < 5
