@@ -220,3 +220,12 @@ def test_a_config_that_is_no_small_regular_file_is_refused_unread(place, kind):
     with pytest.raises(WarmstartError, match="not a regular file of at most"):
         load_config(cfg, system=True)
     assert time.monotonic() - start < 5
+
+
+def test_the_replayer_refuses_a_fifo_schedule_without_hanging(tmp_path):
+    """The schedule's open does not wait for a writer (O_NONBLOCK): a FIFO is refused at once."""
+    require((BUILD / "warmstart-replay").exists(), "warmstart-replay not built: run `make binaries`")
+    fifo = tmp_path / "s.wsr"
+    os.mkfifo(fifo)
+    r = subprocess.run([str(BUILD / "warmstart-replay"), str(fifo)], capture_output=True, text=True, timeout=10)
+    assert "not a regular file" in r.stderr, r.stderr
