@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #define WS_MAX_MARKS 64
@@ -36,6 +37,10 @@ struct ws_heartbeat {
 
 uint64_t ws_now_ns(void);
 void ws_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A file of the daemon's opened for writing (flags: O_TRUNC or O_APPEND), created with `mode`
+ * and given exactly that mode: never through a symlink (O_NOFOLLOW) and only a regular file
+ * (EINVAL otherwise), so neither the open nor the fchmod acts on a file named by a link. */
+FILE *ws_open_write(const char *path, int flags, mode_t mode);
 /* The signals the watchdog and the worker read from a signalfd (TERM, INT, HUP, USR1, CHLD):
  * blocked from the start, so an early SIGUSR1 does not kill the daemon. */
 void ws_handled_signals(sigset_t *set);

@@ -296,7 +296,7 @@ static int parse_options(int argc, char **argv, struct ws_options *opt)
 
 static int write_pidfile(const char *path)
 {
-	FILE *f = fopen(path, "we");
+	FILE *f = ws_open_write(path, O_TRUNC, 0644);
 
 	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
 		fprintf(stderr, "warmstartd: cannot write pidfile %s: %s\n", path, strerror(errno));

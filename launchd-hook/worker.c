@@ -532,7 +532,7 @@ static void write_stats(struct worker *w)
 	memcpy(s, w->lat_ns, n * sizeof(*s));
 	qsort(s, n, sizeof(*s), cmp_u32);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", w->opt->stats_path);
-	f = fopen(tmp, "we");
+	f = ws_open_write(tmp, O_TRUNC, 0644);
 	if (f) {
 		fprintf(f, "{\"worker_pid\": %d, \"events\": %llu, \"matched\": %llu, \"allowed_on_error\": %llu, "
 			   "\"unrelated_samples\": %zu, \"unrelated_decision_median_us\": %.3f, "
@@ -583,11 +583,7 @@ static int setup(struct worker *w)
 	if (w->opt->events_path) {
 		/* launch records name users' programs: readable by root only, also when an older
 		 * warmstart created the file 0644 */
-		int fd = open(w->opt->events_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-		if (fd >= 0 && fchmod(fd, 0600) == 0)
-			w->events = fdopen(fd, "ae");
-		else if (fd >= 0)
-			close(fd);
+		w->events = ws_open_write(w->opt->events_path, O_APPEND, 0600);
 		if (!w->events)
 			ws_log("cannot append to %s: %s (launch records are not kept)", w->opt->events_path,
 			       strerror(errno));

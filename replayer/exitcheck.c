@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pathopen.h"
 #include "residency.h"
 
 #ifndef __NR_pidfd_open
@@ -43,7 +44,7 @@ static int open_same(const struct wsr_file *f)
 		return -1;
 	memcpy(path, f->path, f->path_len);
 	path[f->path_len] = '\0';
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	int fd = path_open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0)
 		return -1;
 	if (fstat(fd, &st) < 0 || (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_ino != f->ino ||

@@ -171,11 +171,12 @@ static int parse_options(int argc, char **argv, struct cli *c)
 }
 
 /* The report's stream (--stats FILE or --stats-fd FD), or NULL: a report we cannot write does
- * not stop the prefetch. */
+ * not stop the prefetch. Opened before the uid drop (warmstartd's launch dir is root's): never
+ * through a symlink. */
 static FILE *open_stats(struct cli *c)
 {
 	if (c->stats_path) {
-		c->stats_fd = open(c->stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		c->stats_fd = open(c->stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (c->stats_fd < 0)
 			fprintf(stderr, "warmstart-replay: cannot write stats to %s: %s\n",
 				c->stats_path, strerror(errno));

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pathopen.h"
 #include "pressure.h"
 #include "residency.h"
 
@@ -104,9 +105,10 @@ static int open_checked(struct ctx *c, uint32_t no)
 	const struct wsr_file *f = &c->s->files[no];
 	char path[4096];
 	struct stat st;
-	/* NONBLOCK: a FIFO put there must not hang us. NOFOLLOW: the analyzer's paths name the file
-	 * itself (found by walking directories, recorder/resolve.py), so a symlink in its place was put
-	 * there since: never follow it, not even to look (an open alone acts on some devices). */
+	/* NONBLOCK: a FIFO put there must not hang us. No symlink in any component (path_open): the
+	 * analyzer's paths name the file itself through real directories (found by walking them,
+	 * recorder/resolve.py), so a symlink in its place or in a directory's was put there since:
+	 * never follow it, not even to look (an open alone acts on some devices). */
 	int fd, flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW;
 
 	memcpy(path, f->path, f->path_len);
@@ -114,7 +116,7 @@ static int open_checked(struct ctx *c, uint32_t no)
 	if (f->kind == WSR_KIND_FILE)
 		flags |= O_NOATIME;
 	for (;;) {
-		fd = open(path, flags);
+		fd = path_open(path, flags);
 		if (fd >= 0)
 			break;
 		if (errno == EPERM && (flags & O_NOATIME)) {  /* not the owner: O_NOATIME not allowed */
@@ -124,13 +126,13 @@ static int open_checked(struct ctx *c, uint32_t no)
 		}
 		if (errno == EMFILE || errno == ENFILE) {
 			close_all(c);
-			fd = open(path, flags);
+			fd = path_open(path, flags);
 			if (fd >= 0)
 				break;
 		}
 		if (errno == ENOENT || errno == ENOTDIR)
 			c->st->files_missing++;
-		else if (errno == ELOOP)     /* a symlink now: not the file analyzed */
+		else if (errno == ELOOP)     /* a symlink now (the file or a directory): not the file analyzed */
 			c->st->files_changed++;
 		else if (errno == EACCES || errno == EPERM)
 			c->st->files_denied++;

@@ -1,10 +1,14 @@
-/* C tests of plan ordering, the pressure parsers, and residency on a real file. */
+/* C tests of plan ordering, the pressure parsers, residency on a real file, and opening a path
+ * without following symlinks in any component (openat2 and the fallback walk). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "pathopen.h"
 #include "pressure.h"
 #include "replay.h"
 #include "residency.h"
@@ -73,11 +77,58 @@ static void test_residency(void)
 	unlink(path);
 }
 
+/* dir/real/f, dir/link -> real, dir/real/lf -> f: only dir/real/f opens, by either way */
+static void test_path_open(void)
+{
+	char dir[] = "/tmp/warmstart-test-pathopen-XXXXXX", p[4200];
+	int (*opens[2])(const char *, int) = { path_open, path_open_walk };
+	const char *name[2] = { "openat2", "walk" };
+
+	if (!mkdtemp(dir)) {
+		CHECK(0, "mkdtemp");
+		return;
+	}
+	snprintf(p, sizeof(p), "%s/real", dir);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/real/f", dir);
+	close(open(p, O_WRONLY | O_CREAT, 0644));
+	snprintf(p, sizeof(p), "%s/link", dir);
+	CHECK(symlink("real", p) == 0, "symlink to the directory");
+	snprintf(p, sizeof(p), "%s/real/lf", dir);
+	CHECK(symlink("f", p) == 0, "symlink to the file");
+	for (int i = 0; i < 2; i++) {
+		int fd;
+		snprintf(p, sizeof(p), "%s/real/f", dir);
+		fd = opens[i](p, O_RDONLY | O_CLOEXEC);
+		CHECK(fd >= 0, name[i]);  /* the real path opens */
+		close(fd);
+		snprintf(p, sizeof(p), "%s/link/f", dir);
+		errno = 0;
+		fd = opens[i](p, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
+		CHECK(fd < 0 && errno == ELOOP, name[i]);  /* a directory symlink: ELOOP, not followed */
+		snprintf(p, sizeof(p), "%s/real/lf", dir);
+		errno = 0;
+		fd = opens[i](p, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
+		CHECK(fd < 0 && errno == ELOOP, name[i]);  /* the last component a symlink: ELOOP */
+		snprintf(p, sizeof(p), "%s/real/missing/f", dir);
+		errno = 0;
+		fd = opens[i](p, O_RDONLY | O_CLOEXEC);
+		CHECK(fd < 0 && errno == ENOENT, name[i]);
+	}
+	snprintf(p, sizeof(p), "rm -rf '%s'", dir);
+	CHECK(system(p) == 0, "cleanup");
+}
+
 int main(void)
 {
 	test_plan();
 	test_pressure();
 	test_residency();
+	test_path_open();
 	printf("test-replay-core: %d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

@@ -219,7 +219,7 @@ int wsr_load(const char *path, struct wsr_schedule *out, const char **why)
 	void *buf = NULL;
 	size_t got = 0;
 	int rc;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* a FIFO there must not hang us */
 
 	*why = NULL;
 	if (fd < 0)

@@ -7,6 +7,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -91,14 +92,14 @@ def test_a_user_sees_their_hooked_launches_and_gain_and_no_one_elses(tree):
 
 
 def test_a_full_view_is_trimmed_at_once_and_a_launch_is_added_once(tree):
-    """The view keeps its newer half when it grows past MAX_LINES lines' worth: written beside it
+    """The view keeps its newer lines (its last MAX_BYTES / 2) when it grows past MAX_BYTES: written beside it
     and renamed over it (a learner killed meanwhile leaves the old view whole, never a truncated
     one), still the user's, 0600. A launch the learner adds again after a restart (once=True) is
     not there twice."""
     from warmstart.db import open_db
     from warmstart.db.launches import insert_launch
     from warmstart.hook.layout import HookPaths
-    from warmstart.hook.users import MAX_LINES, record_launch
+    from warmstart.hook.users import MAX_BYTES, MAX_LINES, record_launch
     paths = HookPaths(tree, tree / "var/lib/warmstart", tree / "run/warmstart", tree / "etc")
     paths.users.mkdir(parents=True, mode=0o755)
     conn = open_db(tree / "warmstart.db")
@@ -119,7 +120,71 @@ def test_a_full_view_is_trimmed_at_once_and_a_launch_is_added_once(tree):
     assert st.st_ino != before, "trimmed in place"
     assert st.st_uid == nobody and stat.S_IMODE(st.st_mode) == 0o600
     lines = mine.read_text().splitlines(keepends=True)
-    assert lines[:-1] == old[len(old) // 2:] and json.loads(lines[-1])["launch_id"] == lid
+    kept = lines[:-1]   # the newest complete lines of its last MAX_BYTES / 2
+    assert kept == old[len(old) - len(kept):] and json.loads(lines[-1])["launch_id"] == lid
+    assert MAX_BYTES // 2 - 500 < len("".join(kept)) <= MAX_BYTES // 2
     record_launch(conn, paths, event, lid, once=True)
     assert mine.read_text().splitlines(keepends=True) == lines
     assert list(paths.users.iterdir()) == [mine]
+
+
+LEARNER_STEP = """
+import json, os, resource, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from warmstart.db import open_db
+from warmstart.hook.layout import HookPaths
+from warmstart.hook.users import record_launch
+r = Path(sys.argv[2])
+paths = HookPaths(r, r / "var/lib/warmstart", r / "run/warmstart", r / "etc")
+conn = open_db(r / "warmstart.db")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+record_launch(conn, paths, {"uid": int(sys.argv[3]), "outcome": "ready", "held_ms": 30.0}, int(sys.argv[4]),
+              once=sys.argv[5] == "once")
+print(json.dumps({"before_kib": before, "after_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+@pytest.mark.parametrize("once, line_at_end", [(False, False), (True, True)],
+                         ids=["append-to-a-hole", "once-after-a-hole-and-a-line"])
+def test_a_huge_sparse_view_costs_the_learner_no_memory_and_no_disk(tree, once, line_at_end):
+    """The view is the user's file: they can make it 300 MB sparse (4 KiB on disk). The learner
+    (root) reads only its tail, keeps only complete lines of its own format (a hole's zeros are
+    none) and replaces it with them: its memory stays flat and the file is not written out as
+    300 MB of real blocks."""
+    from warmstart.db import open_db
+    from warmstart.db.launches import insert_launch
+    from warmstart.hook.layout import HookPaths
+    paths = HookPaths(tree, tree / "var/lib/warmstart", tree / "run/warmstart", tree / "etc")
+    paths.users.mkdir(parents=True, mode=0o755)
+    conn = open_db(tree / "warmstart.db")
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', '/usr/bin/mail',"
+                       " '[]', ?)", (NOW,)).lastrowid
+    lid = insert_launch(conn, app_id=app, mode="hook", launch_time_s=0.4, started_at=NOW)
+    conn.close()
+    nobody = pwd.getpwnam("nobody").pw_uid
+    mine = paths.users / f"{nobody}.jsonl"
+    last = json.dumps({"t": NOW, "app": "mail", "launch_s": 0.5, "launch_id": 999}).encode() + b"\n"
+    planted = b"\n" + last if line_at_end else b"\0"   # a line of the view's at the very end, or none
+    # the users dir is root's: root creates the file for the user, the user then writes it
+    fd = os.open(mine, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.fchown(fd, nobody, -1)
+    os.close(fd)
+    r = subprocess.run([USER_PYTHON, "-S", "-c",
+                        f"import os\nf = os.open({str(mine)!r}, os.O_WRONLY)\n"
+                        f"os.ftruncate(f, 300 << 20)\nos.pwrite(f, {planted!r}, (300 << 20) - {len(planted)})\n"],
+                       capture_output=True, text=True, cwd="/", user=nobody, group=pwd.getpwnam("nobody").pw_gid,
+                       extra_groups=[])
+    assert r.returncode == 0, r.stderr
+    assert mine.stat().st_size == 300 << 20 and mine.stat().st_blocks * 512 <= 64 << 10
+    out = subprocess.run([sys.executable, "-c", LEARNER_STEP, str(REPO), str(tree), str(nobody), str(lid),
+                          "once" if once else "append"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rss = json.loads(out.stdout)
+    grew_mib = (rss["after_kib"] - rss["before_kib"]) / 1024
+    assert grew_mib < 16, f"the learner grew by {grew_mib:.0f} MiB reading the user's file"
+    st = mine.stat()
+    assert st.st_blocks * 512 <= 64 << 10, f"{st.st_blocks * 512} bytes on disk: the hole was written out"
+    assert st.st_size < 4096 and st.st_uid == nobody and stat.S_IMODE(st.st_mode) == 0o600
+    lines = mine.read_bytes().splitlines(keepends=True)
+    assert lines[:-1] == ([last] if line_at_end else []) and json.loads(lines[-1])["launch_id"] == lid

@@ -251,6 +251,40 @@ def test_a_symlink_swapped_in_for_a_scheduled_file_is_not_followed(user_tree, tm
 
 
 @pytest.mark.parametrize("for_user", [False, True], ids=["root-replayer", "replayer-as-nobody"])
+def test_a_symlink_swapped_in_for_a_scheduled_files_directory_is_not_followed(user_tree, tmp_path, for_user):
+    """(b2) The scheduled file is home/sub/lib.bin; after the analysis the user swaps their
+    directory sub for a symlink to a directory of root's holding a lib.bin of root's (root-only
+    for the root replayer; readable by the user for the dropped one, so only the symlink rule
+    can keep it closed). The replayer opens no directory through a symlink (openat2
+    RESOLVE_NO_SYMLINKS, or the O_NOFOLLOW walk): the target is never opened, the file is
+    counted as changed."""
+    t = user_tree
+    sub = t.home / "sub"
+    sub.mkdir()
+    own = sub / "lib.bin"
+    shutil.move(t.own, own)
+    os.chown(sub, t.uid, t.gid)
+    target = t.top / "rootdir"
+    target.mkdir(mode=0o755 if for_user else 0o700)
+    victim = target / "lib.bin"
+    victim.write_bytes(b"R" * (SECRET_KIB * KIB))
+    os.chmod(victim, 0o644 if for_user else 0o600)
+    export = build(open_db(tmp_path / "db"), [own], [[(0, 0, 64)]], tmp_path)
+    as_nobody_python(f"import os; os.rename({str(sub)!r}, {str(sub)!r} + '.old'); "
+                     f"os.symlink({str(target)!r}, {str(sub)!r})")
+    evict(victim)
+    drop = ["--uid", str(t.uid), "--gid", str(t.gid)] if for_user else []
+    with OpenWatch(victim) as watch:
+        rc, st, err = run_replayer(export, *drop)
+        opens = watch.opens()
+    assert rc == 0, err
+    assert opens == 0, "the replayer opened a file through the symlinked directory"
+    assert st["files_changed"] == 1 and st["files_denied"] == 0 and st["files_opened"] == 0, st
+    assert st["ranges_skipped_file"] == 1 and st["bytes_fetched"] == 0, st
+    assert pages(victim) == 0
+
+
+@pytest.mark.parametrize("for_user", [False, True], ids=["root-replayer", "replayer-as-nobody"])
 def test_a_file_renamed_over_a_scheduled_one_is_skipped_as_changed(user_tree, tmp_path, for_user):
     """(c) The user renames another file of theirs over the scheduled one, with the same size and
     the recorded mtime (theirs to set): only the inode differs. Skipped as changed, not read."""

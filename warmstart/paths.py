@@ -1,6 +1,7 @@
 """Where things live: the database, the built C helpers; how private state files are opened."""
 
 import os
+import stat
 from typing import List, Optional
 from pathlib import Path
 
@@ -77,13 +78,41 @@ def doc_path(name: str) -> Optional[Path]:
 PRIVATE_MODE = 0o600   # the database, logs and event records name users' programs, files and command lines
 
 
+def _ours_to_tighten(st: os.stat_result) -> bool:
+    """A regular file of this user's with one name, readable or writable by others."""
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid() and bool(st.st_mode & 0o077)
+
+
+def tighten_private(path, mode: int = PRIVATE_MODE) -> None:
+    """Give the file at path `mode` if it is a regular file of ours left readable by others; a
+    symlink there is never followed (nor is a hard-linked file changed). Through an O_PATH fd:
+    closing it drops none of this process's POSIX locks on the file (SQLite holds some), as
+    closing a read fd would."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return   # absent
+    try:
+        if _ours_to_tighten(os.fstat(fd)):
+            os.chmod(f"/proc/self/fd/{fd}", mode)   # the inode the fd holds: fchmod refuses O_PATH fds
+    except OSError:
+        pass     # not ours to change
+    finally:
+        os.close(fd)
+
+
 def open_private_append(path, text: bool = False):
     """Open path for appending, creating it readable by its owner only; a file of ours that an
-    older warmstart left readable by others is made private first."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_MODE)
+    older warmstart left readable by others is made private first. Never through a symlink
+    (ELOOP), and only a regular file."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 PRIVATE_MODE)
     try:
         st = os.fstat(fd)
-        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+        if not stat.S_ISREG(st.st_mode):
+            raise WarmstartError(f"{os.fsdecode(path)} is not a regular file: remove it")
+        os.set_blocking(fd, True)
+        if _ours_to_tighten(st):
             os.fchmod(fd, PRIVATE_MODE)
         return os.fdopen(fd, "a" if text else "ab")
     except BaseException:
@@ -94,15 +123,20 @@ def open_private_append(path, text: bool = False):
 def replace_file(path, data: bytes, mode: int = PRIVATE_MODE, owner: Optional[int] = None) -> None:
     """Give path the content `data` at once: written to PATH.tmp.PID beside it, then renamed over
     it, so a reader, or the writer killed at any point, never sees it half-written (`hook
-    refresh` removes the temp files of writers that died before their rename). With `owner`,
-    the file is that uid's, with exactly `mode`."""
+    refresh` removes the temp files of writers that died before their rename). The file has
+    exactly `mode` (whatever the umask) and, with `owner`, belongs to that uid. A symlink at
+    PATH is replaced, never written through; the temp file is always a new one (O_EXCL)."""
     path = os.fsencode(path)
     tmp = path + b".tmp.%d" % os.getpid()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.unlink(tmp)   # a writer of this pid that died before its rename
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         if owner is not None:
             os.fchown(fd, owner, -1)
-            os.fchmod(fd, mode)
+        os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
@@ -112,7 +146,16 @@ def replace_file(path, data: bytes, mode: int = PRIVATE_MODE, owner: Optional[in
 
 
 def private_dir(path: Path) -> None:
-    """Create directory path (and its parents) readable by its owner only, or make it so."""
+    """Create directory path (and its parents) readable by its owner only, or make it so; a
+    symlink in its place is refused, not followed."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.stat().st_mode & 0o077:
-        os.chmod(path, 0o700)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise WarmstartError(f"{path} is not a directory ({e.strerror}): remove it and retry")
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)

@@ -156,7 +156,7 @@ static int parse_options(int argc, char **argv, struct spec_opts *o)
 static pid_t start_init(const struct spec_opts *o, int *sock)
 {
 	int outfd = open(o->copy_output ? o->copy_output : "/dev/null",
-			 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+			 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (outfd < 0)
 		die(o->copy_output ? o->copy_output : "/dev/null", errno);
 	int sv[2], go[2];

@@ -7,6 +7,7 @@ import click
 
 from ..cli import emit, json_option
 from ..errors import WarmstartError
+from ..paths import replace_file
 from ..portable.export import export_schedule
 
 
@@ -49,12 +50,8 @@ def export(ctx, name, output, as_json):
         sys.stdout.buffer.flush()
         click.echo(_text(r), err=True)
         return
-    path = os.fsencode(output)
-    tmp = path + b".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(r.data)
-        os.replace(tmp, path)
+    try:   # through a new temp file beside it (O_EXCL, no symlink followed), renamed over it
+        replace_file(os.fsencode(output), r.data, 0o644)
     except OSError as e:
         raise WarmstartError(f"cannot write {output}: {e.strerror}; choose another -o path")
     emit(dict(r.to_json(), output=output), as_json, lambda: _text(r))

@@ -139,13 +139,13 @@ def learner(obj, as_json):
     cfg = load_config(paths.config if paths.config.exists() else None)
     # the path only: a connection kept open here would lose its locks whenever the learner opens
     # another one (see learner._DB_LOCK)
-    from ..paths import default_db_path
+    from ..paths import default_db_path, replace_file
     db_file = os.path.abspath(obj.db_path) if obj.db_path else str(default_db_path())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     paths.run.mkdir(parents=True, exist_ok=True)  # /run is empty after a reboot
-    paths.learner_pidfile.write_text(f"{os.getpid()}\n")  # started directly or by systemd alike
+    replace_file(paths.learner_pidfile, f"{os.getpid()}\n".encode(), 0o644)  # started directly or by systemd alike
     try:
         learner_mod.Learner(db_file, paths, cfg).serve(stop)
     finally:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..errors import WarmstartError, as_user_error
-from ..paths import PRIVATE_MODE, default_db_path
+from ..paths import PRIVATE_MODE, default_db_path, tighten_private
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
@@ -79,15 +79,12 @@ def _create_private(path: Path) -> None:
 
 
 def _tighten(path: Path) -> None:
-    """Make a database we own that an older warmstart left readable by others private. chmod
-    only: opening the file and closing that fd would drop this process's POSIX locks on it."""
-    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        try:
-            st = p.stat()
-            if st.st_uid == os.geteuid() and st.st_mode & 0o077:
-                os.chmod(p, PRIVATE_MODE)
-        except OSError:
-            pass  # absent, or not ours to change
+    """Make a database we own that an older warmstart left readable by others private, and its
+    -wal, -shm and -journal files: never through a symlink (the database may be in a directory
+    another user writes: a link there must not make us chmod a file of their choosing), and
+    without a read fd, whose close would drop this process's POSIX locks on it (paths.py)."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        tighten_private(f"{path}{suffix}")
 
 
 def open_db(path: Optional[Union[str, os.PathLike]] = None) -> sqlite3.Connection:

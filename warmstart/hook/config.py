@@ -18,6 +18,7 @@ daemon reads on behalf of every user.
 """
 
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from ..errors import WarmstartError
 from .index import HOLD_CAP_MS
 
 SYSTEM_CONFIG = Path("/etc/warmstart.toml")
+MAX_CONFIG_BYTES = 64 << 10   # a config is a few lines: a bigger file, or one that is not a regular file, is refused unread
 
 
 @dataclass
@@ -68,15 +70,19 @@ def load_config(path: Optional[Path] = None, system: Optional[bool] = None) -> H
         path = SYSTEM_CONFIG if system else user_config_path()
         if not path.exists():
             return HookConfig()
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:   # NONBLOCK: a FIFO there must not hang the open
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise WarmstartError(f"cannot read config {path}: {e.strerror} (symlinks are refused); fix or remove it")
     with os.fdopen(fd, "rb") as f:
-        _check_owner(path, os.fstat(f.fileno()), system)
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
+            raise WarmstartError(f"config {path} is not a regular file of at most {MAX_CONFIG_BYTES} bytes; "
+                                 f"refusing it unread: fix or remove it")
+        _check_owner(path, st, system)
         try:
-            raw = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
+            raw = tomllib.loads(f.read(MAX_CONFIG_BYTES + 1).decode())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise WarmstartError(f"config {path}: {e}; fix the TOML syntax")
     cfg = HookConfig(source=str(path))
     known = set(cfg.__dataclass_fields__) - {"source"}

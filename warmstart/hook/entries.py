@@ -78,8 +78,7 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
             continue
         export = paths.schedules / f"{sched.id}.wsr"
         try:
-            write_export(sched, export)
-            os.chmod(export, 0o644)
+            write_export(sched, export)   # mode 0644 whatever the umask (paths.replace_file)
         except OSError as e:
             raise WarmstartError(f"cannot write schedule export {export}: {e.strerror}; run as root")
         first = sched.segments[0].t_disk_s if sched.segments else 0.0

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import WarmstartError
-from ..paths import helper_binary
+from ..paths import helper_binary, replace_file
 from .layout import HookPaths
 
 
@@ -16,10 +16,7 @@ def shim_path() -> str:
 
 
 def _rewrite(path: Path, lines) -> None:
-    tmp = path.with_name(path.name + ".warmstart-tmp")
-    tmp.write_text("".join(line + "\n" for line in lines))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    replace_file(path, "".join(line + "\n" for line in lines).encode(), 0o644)
 
 
 def install(paths: HookPaths, system: bool) -> dict:
@@ -33,8 +30,8 @@ def install(paths: HookPaths, system: bool) -> dict:
             _rewrite(paths.ld_so_preload, lines + [shim])
         return {"preload": "system", "file": str(paths.ld_so_preload), "shim": shim}
     paths.state.mkdir(parents=True, exist_ok=True)
-    paths.preload_env.write_text(f"export LD_PRELOAD={shim}${{LD_PRELOAD:+:$LD_PRELOAD}}\n"
-                                 f"export WARMSTART_INDEX={paths.index}\n")
+    replace_file(paths.preload_env, (f"export LD_PRELOAD={shim}${{LD_PRELOAD:+:$LD_PRELOAD}}\n"
+                                     f"export WARMSTART_INDEX={paths.index}\n").encode(), 0o644)
     return {"preload": "user", "file": str(paths.preload_env), "shim": shim,
             "next_step": f"add `. {paths.preload_env}` to your shell profile (~/.profile)"}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import WarmstartError
-from ..paths import checkout_root, doc_path, helper_binary, open_private_append, private_dir
+from ..paths import checkout_root, doc_path, helper_binary, open_private_append, private_dir, replace_file
 from .config import HookConfig
 from .layout import HookPaths
 
@@ -80,8 +80,7 @@ def write_learner_unit(paths: HookPaths, db_path: str) -> Path:
     env = " ".join(f"{k}={v}" for k, v in learner_env().items())
     text = _fill(LEARNER_UNIT_TEMPLATE, EXECSTART=" ".join(learner_args(db_path)), ENVIRONMENT=env)
     paths.learner_unit.parent.mkdir(parents=True, exist_ok=True)
-    paths.learner_unit.write_text(text)
-    os.chmod(paths.learner_unit, 0o644)
+    replace_file(paths.learner_unit, text.encode(), 0o644)   # never written through a link there
     return paths.learner_unit
 
 
@@ -157,8 +156,7 @@ def running_pid(paths: HookPaths) -> Optional[int]:
 def write_unit(paths: HookPaths, cfg: Optional[HookConfig] = None) -> Path:
     text = _fill(UNIT_TEMPLATE, EXECSTART=" ".join(daemon_args(paths, cfg)))
     paths.unit.parent.mkdir(parents=True, exist_ok=True)
-    paths.unit.write_text(text)
-    os.chmod(paths.unit, 0o644)
+    replace_file(paths.unit, text.encode(), 0o644)
     return paths.unit
 
 

@@ -24,10 +24,26 @@ from .index import read_index
 from .layout import HookPaths
 
 MAX_LINES = 2000   # per user: the view keeps the recent launches, not a history of years
+MAX_BYTES = MAX_LINES * 400   # past this size the view is trimmed to its last MAX_BYTES / 2
+
+# The file is the user's: root reads it only bounded (at most MAX_BYTES, from its end, with one
+# pread), never through a symlink, only a regular file, and rewrites only the complete lines it
+# keeps: a huge or sparse file (a hole reads as zeros) costs the learner neither memory nor disk.
 
 
 def _file(paths: HookPaths, uid: int):
     return paths.users / f"{int(uid)}.jsonl"
+
+
+def _tail(fd: int, size: int, limit: int) -> bytes:
+    """The complete view lines among the file's last `limit` bytes (a line cut by the start of
+    the window, and anything not a line of ours, such as a hole's zeros, is left out)."""
+    start = max(0, size - limit)
+    raw = os.pread(fd, min(size, limit), start)
+    if start:
+        raw = raw[raw.find(b"\n") + 1:] if b"\n" in raw else b""
+    return b"".join(line for line in raw.splitlines(keepends=True)
+                    if line.startswith(b"{") and line.endswith(b"}\n"))
 
 
 def record_launch(conn, paths: HookPaths, event: dict, launch_id: int, once: bool = False) -> None:
@@ -46,7 +62,8 @@ def record_launch(conn, paths: HookPaths, event: dict, launch_id: int, once: boo
     data = (json.dumps(line, sort_keys=True) + "\n").encode()
     paths.users.mkdir(mode=0o755, exist_ok=True)
     path = _file(paths, uid)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_MODE)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 PRIVATE_MODE)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -54,15 +71,11 @@ def record_launch(conn, paths: HookPaths, event: dict, launch_id: int, once: boo
         if st.st_uid != uid or st.st_mode & 0o077:
             os.fchown(fd, uid, -1)
             os.fchmod(fd, PRIVATE_MODE)
-        if once or st.st_size > MAX_LINES * 400:
-            with os.fdopen(os.dup(fd), "rb") as f:
-                old = f.read()
-            if once and f'"launch_id": {int(launch_id)},'.encode() in old:
-                return
-            if st.st_size > MAX_LINES * 400:   # keep the newer half, replaced at once (never half-trimmed)
-                lines = old.splitlines(keepends=True)
-                replace_file(path, b"".join(lines[len(lines) // 2:]) + data, PRIVATE_MODE, owner=uid)
-                return
+        if once and f'"launch_id": {int(launch_id)},'.encode() in _tail(fd, st.st_size, MAX_BYTES):
+            return
+        if st.st_size > MAX_BYTES:   # keep the newer lines, replaced at once (never half-trimmed)
+            replace_file(path, _tail(fd, st.st_size, MAX_BYTES // 2) + data, PRIVATE_MODE, owner=uid)
+            return
         os.write(fd, data)
     finally:
         os.close(fd)
@@ -80,14 +93,20 @@ def view(paths: HookPaths, uid: Optional[int] = None) -> dict:
         out["index"] = None
     rows: List[dict] = []
     try:
-        with open(_file(paths, uid), "rb") as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    continue
+        fd = os.open(_file(paths, uid), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        pass
+        fd = None
+    if fd is not None:
+        try:
+            st = os.fstat(fd)
+            text = _tail(fd, st.st_size, MAX_BYTES) if stat.S_ISREG(st.st_mode) else b""
+        finally:
+            os.close(fd)
+        for line in text.splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
     for app in sorted({r.get("app") for r in rows if r.get("app")}):
         mine = [r for r in rows if r.get("app") == app and r.get("launch_s")]
         if not mine:
