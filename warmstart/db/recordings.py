@@ -72,18 +72,21 @@ def upsert_app(conn: sqlite3.Connection, name: str, executable: bytes, argv: Seq
 # ---- recordings -------------------------------------------------------------------------
 
 def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes, argv: Sequence,
-                     rec: Recording) -> int:
-    """Store the app (created if new) and one recording atomically; returns the recording id."""
+                     rec: Recording, owner_uid: Optional[int] = None) -> int:
+    """Store the app (created if new) and one recording atomically; returns the recording id.
+    owner_uid: whose launch it is (the learner's recording of a user's launch); default the
+    recording process's user (0 for root's: usable by every user's launch)."""
+    owner_uid = os.getuid() if owner_uid is None else int(owner_uid)
     try:
         with transaction(conn):
             app_id = upsert_app(conn, app_name, executable, argv)
             cur = conn.execute(
                 "INSERT INTO recordings (app_id, started_at, launch_time_s, end_reason, exit_status, backend,"
-                " cold_method, lost_events, status, cpu_total_s, cpu_tail_ns, warm_cpu_s, env_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " cold_method, lost_events, status, cpu_total_s, cpu_tail_ns, warm_cpu_s, env_json, owner_uid)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (app_id, rec.started_at, rec.launch_time_s, rec.end_reason, rec.exit_status, rec.backend,
                  rec.cold_method, rec.lost_events, rec.status, rec.cpu_total_s, rec.cpu_tail_ns, rec.warm_cpu_s,
-                 json.dumps(rec.env, sort_keys=True, default=str)))
+                 json.dumps(rec.env, sort_keys=True, default=str), owner_uid))
             rid = cur.lastrowid
             conn.executemany(
                 "INSERT INTO block_requests (recording_id, seq, dev, sector, nr_sectors, rwbs, is_write,"
@@ -307,3 +310,14 @@ def recorded_launch_s(conn: sqlite3.Connection, recording_ids: Sequence[int]) ->
         f"SELECT launch_time_s FROM recordings WHERE id IN ({','.join('?' * len(recording_ids))})"
         " AND launch_time_s > 0", list(recording_ids)))
     return times[len(times) // 2] if times else None
+
+
+def recording_owners(conn: sqlite3.Connection, recording_ids: Sequence[int]) -> List[Optional[int]]:
+    """Whose launches these recordings are (recordings.owner_uid): 0 root's (`warmstart record`
+    as root), a uid for a launch of that user's the learner recorded, None when not known (learned
+    before owners were kept)."""
+    if not recording_ids:
+        return []
+    return [r[0] for r in conn.execute(
+        f"SELECT owner_uid FROM recordings WHERE id IN ({','.join('?' * len(recording_ids))})",
+        list(recording_ids))]
