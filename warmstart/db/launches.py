@@ -6,6 +6,8 @@ import sqlite3
 import time
 from typing import List, Optional, Sequence
 
+from .rows import check, check_all
+
 
 def insert_launch(conn: sqlite3.Connection, *, mode: str, launch_time_s: float,
                   app_id: Optional[int] = None, schedule_id: Optional[int] = None,
@@ -40,7 +42,7 @@ def latest_sorted_passes(conn: sqlite3.Connection) -> dict:
     rows = conn.execute(
         "SELECT a.name AS app, p.* FROM sorted_passes p JOIN apps a ON a.id = p.app_id"
         " ORDER BY p.measured_at, p.id").fetchall()
-    return {(r["app"], r["disk"]): dict(r) for r in rows}
+    return {(r["app"], r["disk"]): dict(r) for r in check_all("sorted_passes", rows)}
 
 
 def apps_with_hook_launches(conn: sqlite3.Connection) -> List[tuple]:
@@ -117,7 +119,7 @@ def list_launches(conn: sqlite3.Connection, app_id: Optional[int] = None, mode: 
 
 
 def _as_dict(row) -> dict:
-    d = dict(row)
+    d = dict(check("launches", row))
     d["details"] = json.loads(d.pop("details_json") or "{}")
     return d
 
@@ -135,13 +137,13 @@ def report_rows(conn: sqlite3.Connection, names: Sequence[str] = (), bench_id: O
     if disk:
         where.append("l.disk = ?")
         args.append(disk)
-    return conn.execute(f"""
+    return check_all("launches", conn.execute(f"""
         SELECT l.*, a.name AS app, s.algorithm, s.t_exp_s, s.created_at AS schedule_created_at,
                s.stale AS schedule_stale, s.stale_reason AS schedule_stale_reason, s.total_bytes AS schedule_bytes
         FROM launches l JOIN apps a ON a.id = l.app_id
         LEFT JOIN schedules s ON s.id = l.schedule_id
         WHERE {' AND '.join(where)}
-        ORDER BY a.name, l.started_at, l.id""", args).fetchall()
+        ORDER BY a.name, l.started_at, l.id""", args))
 
 
 def hook_launches_mentioning(conn: sqlite3.Connection, schedule_id: int, text: str) -> List[dict]:

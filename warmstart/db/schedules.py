@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..errors import WarmstartError
 from ..model import Extent, Range, Schedule, ScheduledFile, Segment
 from .connection import transaction
+from .rows import bad, check, check_all, json_list_of
 
 
 def _app_id(conn: sqlite3.Connection, app_name: str) -> int:
@@ -75,26 +76,41 @@ def load_schedule(conn: sqlite3.Connection, schedule_id: int) -> Schedule:
                      " WHERE s.id = ?", (schedule_id,)).fetchone()
     if s is None:
         raise WarmstartError(f"no schedule with id {schedule_id}: list them with `warmstart show APP --all`")
-    files = [ScheduledFile(bytes(r["path"]), r["dev"], r["ino"], r["size"], r["mtime_ns"], r["ctime_ns"])
-             for r in conn.execute("SELECT * FROM schedule_files WHERE schedule_id = ? ORDER BY file_no",
-                                   (schedule_id,))]
+    check("schedules", s)
+    recording_ids = json_list_of("schedules", s, "recording_ids", (int,))
+    files = []
+    for r in check_all("schedule_files", conn.execute(
+            "SELECT * FROM schedule_files WHERE schedule_id = ? ORDER BY file_no", (schedule_id,))):
+        if r["file_no"] != len(files):   # ranges name files by their number: no gap, no repeat
+            raise bad("schedule_files", r, "file_no", f"is not the next file number ({len(files)})")
+        files.append(ScheduledFile(bytes(r["path"]), r["dev"], r["ino"], r["size"], r["mtime_ns"], r["ctime_ns"]))
     extents: Dict[int, List[Extent]] = {}
-    for r in conn.execute("SELECT * FROM file_extents WHERE schedule_id = ? ORDER BY file_no, logical",
-                          (schedule_id,)):
+    for r in check_all("file_extents", conn.execute(
+            "SELECT * FROM file_extents WHERE schedule_id = ? ORDER BY file_no, logical", (schedule_id,))):
+        if r["file_no"] >= len(files):
+            raise bad("file_extents", r, "file_no", "names no file of the schedule")
         extents.setdefault(r["file_no"], []).append(Extent(r["logical"], r["physical"], r["length"], r["flags"]))
-    segments = [Segment(r["idx"], r["first_p"], r["last_p"], r["t_disk_s"], r["cpu_s"], r["bytes"])
-                for r in conn.execute("SELECT * FROM segments WHERE schedule_id = ? ORDER BY idx", (schedule_id,))]
+    segments = []
+    for r in check_all("segments", conn.execute("SELECT * FROM segments WHERE schedule_id = ? ORDER BY idx",
+                                                (schedule_id,))):
+        if r["first_p"] > r["last_p"]:
+            raise bad("segments", r, "first_p", f"is after last_p ({r['last_p']})")
+        segments.append(Segment(r["idx"], r["first_p"], r["last_p"], r["t_disk_s"], r["cpu_s"], r["bytes"]))
     by_idx = {seg.idx: seg for seg in segments}
-    for r in conn.execute("SELECT * FROM schedule_ranges WHERE schedule_id = ? ORDER BY segment_idx, ord",
-                          (schedule_id,)):
+    for r in check_all("schedule_ranges", conn.execute(
+            "SELECT * FROM schedule_ranges WHERE schedule_id = ? ORDER BY segment_idx, ord", (schedule_id,))):
+        if r["segment_idx"] not in by_idx:
+            raise bad("schedule_ranges", r, "segment_idx", "names no segment of the schedule")
+        if r["file_no"] is not None and (r["file_no"] >= len(files) or r["file_offset"] is None):
+            raise bad("schedule_ranges", r, "file_no", "names no file of the schedule, or has no file_offset")
         f = None if r["file_no"] is None else files[r["file_no"]]
         by_idx[r["segment_idx"]].ranges.append(
             Range(r["dev"], r["sector"], r["nr_sectors"], r["length"], f, r["file_offset"], r["orig_pos"]))
     return Schedule(id=s["id"], app_name=s["app_name"], algorithm=s["algorithm"], probe=s["probe"],
                     t_exp_s=s["t_exp_s"], total_bytes=s["total_bytes"], waste_bytes=s["waste_bytes"],
-                    recording_ids=json.loads(s["recording_ids"]), segments=segments, files=files,
+                    recording_ids=recording_ids, segments=segments, files=files,
                     extents=extents, profile_id=s["profile_id"], created_at=s["created_at"],
-                    stale=bool(s["stale"]), params=json.loads(s["params_json"] or "{}"))
+                    stale=bool(s["stale"]), params=json.loads(s["params_json"]))
 
 
 def load_active_schedule(conn: sqlite3.Connection, app_name: str) -> Optional[Schedule]:
