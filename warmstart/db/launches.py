@@ -64,9 +64,10 @@ def last_bench_launch_id(conn: sqlite3.Connection, bench_id: str) -> int:
 def bench_launches_with_mode_prefix(conn: sqlite3.Connection, bench_id: str, prefix: str) -> List[tuple]:
     """(app name, mode, launch_time_s, exit_status, details) of the bench run's launches whose mode
     starts with prefix (a LIKE pattern: no % or _ in it)."""
-    return [(r[0], r[1], r[2], r[3], json.loads(r[4] or "{}")) for r in conn.execute(
-        "SELECT a.name, l.mode, l.launch_time_s, l.exit_status, l.details_json FROM launches l"
-        " JOIN apps a ON a.id = l.app_id WHERE l.bench_id = ? AND l.mode LIKE ?", (bench_id, prefix + "%"))]
+    return [(r["app"], r["mode"], r["launch_time_s"], r["exit_status"], json.loads(r["details_json"]))
+            for r in check_all("launches", conn.execute(
+                "SELECT l.id, a.name AS app, l.mode, l.launch_time_s, l.exit_status, l.details_json FROM launches l"
+                " JOIN apps a ON a.id = l.app_id WHERE l.bench_id = ? AND l.mode LIKE ?", (bench_id, prefix + "%")))]
 
 
 def set_launch_timeline(conn: sqlite3.Connection, launch_id: int, timeline: dict) -> None:
@@ -93,8 +94,8 @@ def unclaimed_hook_launch(conn: sqlite3.Connection, app_id: int, after_id: int) 
 def claim_launch(conn: sqlite3.Connection, launch_id: int, *, bench_id: str, disk: str, launch_time_s: float,
                  exit_status: Optional[int], extra: dict) -> None:
     """Make a launch the learner stored part of a bench run, timed as the bench times launches."""
-    details = json.loads(conn.execute("SELECT details_json FROM launches WHERE id = ?",
-                                      (launch_id,)).fetchone()[0] or "{}")
+    details = json.loads(check("launches", conn.execute("SELECT id, details_json FROM launches WHERE id = ?",
+                                                         (launch_id,)).fetchone())["details_json"])
     details["bench"] = extra
     conn.execute("UPDATE launches SET bench_id = ?, disk = ?, launch_time_s = ?, exit_status = ?, details_json = ?"
                  " WHERE id = ?", (bench_id, disk, launch_time_s, exit_status,

@@ -125,17 +125,20 @@ def load_active_schedule(conn: sqlite3.Connection, app_name: str) -> Optional[Sc
 def list_schedules(conn: sqlite3.Connection, app_name: str) -> List[dict]:
     """Summary rows (id, created_at, algorithm, probe, t_exp_s, total_bytes, active) of an app's schedules."""
     app_id = _app_id(conn, app_name)
-    return [dict(r) for r in conn.execute(
+    return [dict(r) for r in check_all("schedules", conn.execute(
         "SELECT id, created_at, algorithm, probe, t_exp_s, total_bytes, waste_bytes, active, stale"
-        " FROM schedules WHERE app_id = ? ORDER BY id", (app_id,))]
+        " FROM schedules WHERE app_id = ? ORDER BY id", (app_id,)))]
 
 
 def active_schedule_summary(conn: sqlite3.Connection, app_name: str) -> Optional[dict]:
     """id, algorithm, t_exp_s and number of segments of the app's active schedule, or None."""
     row = conn.execute("SELECT s.id, s.algorithm, s.t_exp_s, (SELECT COUNT(*) FROM segments g WHERE"
-                       " g.schedule_id = s.id) FROM schedules s JOIN apps a ON a.id = s.app_id"
+                       " g.schedule_id = s.id) AS segments FROM schedules s JOIN apps a ON a.id = s.app_id"
                        " WHERE a.name = ? AND s.active = 1", (app_name,)).fetchone()
-    return None if row is None else {"id": row[0], "algorithm": row[1], "t_exp_s": row[2], "segments": row[3]}
+    if row is None:
+        return None
+    check("schedules", row)
+    return {"id": row["id"], "algorithm": row["algorithm"], "t_exp_s": row["t_exp_s"], "segments": row["segments"]}
 
 
 def app_of_schedule(conn: sqlite3.Connection, schedule_id: int) -> int:
@@ -162,9 +165,9 @@ def mark_stale(conn: sqlite3.Connection, schedule_id: int, stale: bool = True, r
 
 def stale_marks(conn: sqlite3.Connection, app: str) -> List[Tuple[float, str]]:
     """(when, why) each of the app's schedules went stale, oldest first."""
-    return [(r[0], r[1] or "stale") for r in conn.execute(
-        "SELECT s.stale_at, s.stale_reason FROM schedules s JOIN apps a ON a.id = s.app_id"
-        " WHERE a.name = ? AND s.stale_at IS NOT NULL ORDER BY s.stale_at", (app,))]
+    return [(r["stale_at"], r["stale_reason"] or "stale") for r in check_all("schedules", conn.execute(
+        "SELECT s.id, s.stale_at, s.stale_reason FROM schedules s JOIN apps a ON a.id = s.app_id"
+        " WHERE a.name = ? AND s.stale_at IS NOT NULL ORDER BY s.stale_at", (app,)))]
 
 
 def active_schedule_ids(conn: sqlite3.Connection) -> List[int]:
@@ -174,9 +177,11 @@ def active_schedule_ids(conn: sqlite3.Connection) -> List[int]:
 def newest_schedule_stale(conn: sqlite3.Connection, app: str) -> Optional[bool]:
     """None for an app not in the database; else whether its newest schedule is stale (False
     while it has none yet)."""
-    rows = conn.execute("SELECT s.stale FROM apps a LEFT JOIN schedules s ON s.app_id = a.id"
+    rows = conn.execute("SELECT s.id, s.stale FROM apps a LEFT JOIN schedules s ON s.app_id = a.id"
                         " WHERE a.name = ? ORDER BY s.id DESC LIMIT 1", (app,)).fetchall()
-    return bool(rows[0]["stale"]) if rows else None
+    if not rows or rows[0]["id"] is None:
+        return False if rows else None
+    return bool(check("schedules", rows[0])["stale"])
 
 
 def insert_relocation(conn: sqlite3.Connection, apps: Sequence[str], dev: int, region_sector: Optional[int],
