@@ -264,6 +264,10 @@ def test_a_mutated_database_never_crashes_a_command(real_db, tmp_path, monkeypat
               f"{len(crashes)} crashes")
         for k, n in sorted(kinds.items()):
             print(f"  {n:6d}  {k}")
+        for c in crashes:   # what was mutated, where, and the traceback's last frame and line
+            frames = re.findall(r'File "([^"]+)", line (\d+)', c[-1]) if len(c) == 5 else []
+            last = str(c[-1]).strip().splitlines()[-2:] if len(c) == 5 else [str(c[2:])]
+            print("  crash:", c[0], c[1], c[2] if len(c) == 5 else "", frames[-1:] or "", last)
     assert not crashes, crashes[:3]
     assert any("refused row" in k for k in kinds), kinds     # the checks were reached, not bypassed
 

@@ -94,7 +94,7 @@ SPECS: Dict[str, Dict[str, _Col]] = {
                        "size": I(0, BIG), "mtime_ns": I(-I64), "ctime_ns": I(-I64)},
     "file_extents": {"schedule_id": I(1), "file_no": I(0, COUNT), "logical": I(0, BIG), "physical": I(0, BIG),
                      "length": I(0, BIG), "flags": I(0, U32)},
-    "segments": {"schedule_id": I(1), "idx": I(1, U32), "first_p": I(0, COUNT), "last_p": I(0, COUNT),
+    "segments": {"schedule_id": I(1), "idx": I(1, U32), "first_p": I(0, U32), "last_p": I(0, U32),
                  "t_disk_s": R(), "cpu_s": R(), "bytes": I(0, BIG)},
     "schedule_ranges": {"schedule_id": I(1), "segment_idx": I(1, U32), "ord": I(0, COUNT), "dev": I(),
                         "sector": I(0, SECTORS), "nr_sectors": I(0, COUNT), "file_no": I(0, U32, null=True),

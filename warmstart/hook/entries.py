@@ -4,13 +4,12 @@ Each schedule is exported (.wsr, warmstart/replay/export.py) next to the index, 
 daemon hands the replayer a file, never the database.
 """
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from ..db.recordings import list_apps, recorded_launch_s, recording_owners
+from ..db.recordings import argv_of, list_apps, recorded_launch_s, recording_owners
 from ..db.schedules import load_active_schedule
 from ..errors import WarmstartError
 from ..replay.export import write_export
@@ -46,7 +45,7 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
     for app in list_apps(conn):
         name = app["name"]
         exe = bytes(app["executable"])
-        argv = [a.encode("utf-8", "surrogateescape") for a in json.loads(app["argv_json"])]
+        argv = argv_of(app)
         ident = (app["exe_dev"], app["exe_ino"], app["exe_size"] or 0, app["exe_mtime_ns"] or 0)
         wrapped = unwrap_launcher(argv)
         launcher = None
