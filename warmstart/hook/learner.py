@@ -9,7 +9,8 @@ warmstartd (and stopped by uninstall). Two jobs, one loop:
    recorder on that pid (task events follow its forks) and answers one byte: the daemon releases
    the exec, so THIS first launch is recorded from its exec on. Otherwise it closes the socket
    (declined). Recording ends when the process exits; the recording is stored as app
-   `auto-<name>-<hash>`. The cache is NOT dropped for it (it is the user's real launch): it is as
+   `auto-<name>-<hash>`, owned by the launching process's real uid: its schedule serves that
+   user's launches only, and its paths stay out of the public index (docs/security.md). The cache is NOT dropped for it (it is the user's real launch): it is as
    cold as the machine happened to be. Analysis waits until the machine is idle (CPU busy below
    `learn_idle_cpu`, no more than `learn_idle_io_kbps` of disk I/O, over 2 s), or at most
    `learn_idle_max_s`, runs `analyze` (probe auto: hybrid with a disk profile) and refreshes the
