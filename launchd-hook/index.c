@@ -158,7 +158,7 @@ int ws_argv_matches(const char *needles, uint32_t len, char *const *argv, int ar
 
 const struct ws_index_entry *ws_index_match(const struct ws_index *idx, uint64_t dev, uint64_t ino,
 					    uint64_t size, int64_t mtime_ns, char *const *argv, int argc,
-					    int *identity_mismatch)
+					    uid_t uid, int *identity_mismatch)
 {
 	const struct ws_index_entry *e = ws_index_find(idx, dev, ino);
 	const struct ws_index_entry *end;
@@ -168,6 +168,8 @@ const struct ws_index_entry *ws_index_match(const struct ws_index *idx, uint64_t
 		return NULL;
 	end = idx->entries + idx->hdr->n_entries;
 	for (; e < end && e->dev == dev && e->ino == ino; e++) {
+		if (!ws_entry_usable_by(e, uid))
+			continue; /* another user's learned schedule */
 		if (e->size != size || e->mtime_ns != mtime_ns) {
 			*identity_mismatch = 1; /* upgraded or rewritten since recording */
 			continue;

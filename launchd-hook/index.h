@@ -50,12 +50,20 @@ uint32_t ws_entry_hold_ms(const struct ws_index *idx, const struct ws_index_entr
 /* First entry with this (dev, ino), or NULL: the daemon's per-exec fast path. */
 const struct ws_index_entry *ws_index_find(const struct ws_index *idx, uint64_t dev, uint64_t ino);
 
-/* The entry for a launch: same dev/ino/size/mtime and argv signature matched. argv may be
- * NULL when it could not be read (then only exe-only entries match). Returns NULL if none;
- * *identity_mismatch is set when an entry had the inode but a different size/mtime. */
+/* The entry for a launch by `uid`: same dev/ino/size/mtime, argv signature matched, and usable
+ * by that user (ws_entry_usable_by). argv may be NULL when it could not be read (then only
+ * exe-only entries match). Returns NULL if none; *identity_mismatch is set when an entry had the
+ * inode but a different size/mtime. */
 const struct ws_index_entry *ws_index_match(const struct ws_index *idx, uint64_t dev, uint64_t ino,
 					    uint64_t size, int64_t mtime_ns, char *const *argv, int argc,
-					    int *identity_mismatch);
+					    uid_t uid, int *identity_mismatch);
+
+/* Whether a launch by `uid` may use the entry: owner 0 (recorded by root) serves everyone; an
+ * entry learned from a user's launch serves that user's launches only (docs/security.md). */
+static inline int ws_entry_usable_by(const struct ws_index_entry *e, uid_t uid)
+{
+	return e->owner_uid == 0 || e->owner_uid == (uint32_t)uid;
+}
 
 /* argv[0..argc-1] contains the NUL-separated needles (total length len) as a subsequence. */
 int ws_argv_matches(const char *needles, uint32_t len, char *const *argv, int argc);

@@ -225,7 +225,8 @@ static void hook(void)
 	if (read_cmdline(cmdline, sizeof(cmdline), argv, &argc) < 0)
 		goto out;
 	e = ws_index_match(&idx, st.st_dev, st.st_ino, st.st_size,
-			   (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, argv, argc, &mismatch);
+			   (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, argv, argc, getuid(),
+			   &mismatch);
 	if (!e || (e->flags & WS_ENTRY_STALE) || daemon_running())
 		goto out;
 	replayer_path(replayer, sizeof(replayer));

@@ -77,6 +77,7 @@ static void check_vector(const struct idx_vector *v)
 		const struct idx_vector_entry *w = &v->entries[i];
 		int ok = e->dev == w->dev && e->ino == w->ino && e->size == w->size && e->mtime_ns == w->mtime_ns &&
 			 e->schedule_id == w->schedule_id && e->hold_ms == w->hold_ms && e->flags == w->flags &&
+			 e->owner_uid == w->owner_uid &&
 			 same_str(&idx, e->exe_off, e->exe_len, w->exe, w->exe_len) &&
 			 same_str(&idx, e->argv_off, e->argv_len, w->argv, w->argv_len) &&
 			 same_str(&idx, e->sched_off, e->sched_len, w->sched, w->sched_len) &&
@@ -151,13 +152,27 @@ int main(void)
 	CHECK(ws_index_find(&idx, 10, 0) == NULL);
 
 	/* the argv signature picks the interpreter entry; otherwise the exe-only fallback */
-	CHECK(ws_index_match(&idx, 8, 20, 100, 5, argv_app, 4, &mismatch) == &idx.entries[1]);
-	CHECK(ws_index_match(&idx, 8, 20, 100, 5, argv_other, 2, &mismatch) == &idx.entries[2]);
-	CHECK(ws_index_match(&idx, 8, 20, 100, 5, NULL, 0, &mismatch) == &idx.entries[2]);
+	CHECK(ws_index_match(&idx, 8, 20, 100, 5, argv_app, 4, 0, &mismatch) == &idx.entries[1]);
+	CHECK(ws_index_match(&idx, 8, 20, 100, 5, argv_other, 2, 0, &mismatch) == &idx.entries[2]);
+	CHECK(ws_index_match(&idx, 8, 20, 100, 5, NULL, 0, 0, &mismatch) == &idx.entries[2]);
 	/* identity changed (upgrade): no match, reported */
-	CHECK(ws_index_match(&idx, 8, 10, 101, 5, NULL, 0, &mismatch) == NULL && mismatch == 1);
-	CHECK(ws_index_match(&idx, 8, 10, 100, 6, NULL, 0, &mismatch) == NULL && mismatch == 1);
-	CHECK(ws_index_match(&idx, 8, 10, 100, 5, NULL, 0, &mismatch) == &idx.entries[0] && mismatch == 0);
+	CHECK(ws_index_match(&idx, 8, 10, 101, 5, NULL, 0, 0, &mismatch) == NULL && mismatch == 1);
+	CHECK(ws_index_match(&idx, 8, 10, 100, 6, NULL, 0, 0, &mismatch) == NULL && mismatch == 1);
+	CHECK(ws_index_match(&idx, 8, 10, 100, 5, NULL, 0, 0, &mismatch) == &idx.entries[0] && mismatch == 0);
+
+	/* an entry learned from uid 1000's launch serves uid 1000 only; root's (owner 0) serves all */
+	b.e[1].owner_uid = 1000;
+	b.h->checksum = ws_fnv1a64(b.buf + sizeof(*b.h), len - sizeof(*b.h));
+	CHECK(ws_index_parse(&idx, b.buf, len) == 0);
+	CHECK(ws_index_match(&idx, 8, 20, 100, 5, argv_app, 4, 1000, &mismatch) == &idx.entries[1]);
+	CHECK(ws_index_match(&idx, 8, 20, 100, 5, argv_app, 4, 0, &mismatch) == &idx.entries[2]);
+	CHECK(ws_index_match(&idx, 8, 20, 100, 5, argv_app, 4, 1001, &mismatch) == &idx.entries[2]);
+	b.e[2].owner_uid = 1000;
+	b.h->checksum = ws_fnv1a64(b.buf + sizeof(*b.h), len - sizeof(*b.h));
+	CHECK(ws_index_parse(&idx, b.buf, len) == 0);
+	CHECK(ws_index_match(&idx, 8, 20, 100, 5, argv_app, 4, 0, &mismatch) == NULL && mismatch == 0);
+	CHECK(ws_index_match(&idx, 8, 20, 100, 5, NULL, 0, 1001, &mismatch) == NULL && mismatch == 0);
+	CHECK(ws_index_match(&idx, 8, 20, 100, 5, NULL, 0, 1000, &mismatch) == &idx.entries[2]);
 
 	/* needles are an ordered subsequence */
 	CHECK(ws_argv_matches("-jar\0x.jar", 10, argv_two, 3) == 1);
@@ -169,7 +184,7 @@ int main(void)
 	CHECK(ws_index_parse(&idx, b.buf, len) == -EBADMSG);
 	b.buf[len - 2] ^= 1;
 	CHECK(ws_index_parse(&idx, b.buf, len - 1) == -EBADMSG);
-	b.h->version = 2;
+	b.h->version = WS_INDEX_VERSION + 1;
 	CHECK(ws_index_parse(&idx, b.buf, len) == -EPROTO);
 	b.h->version = WS_INDEX_VERSION;
 	b.buf[0] = 'X';

@@ -383,10 +383,12 @@ static void note_launch(struct worker *w, pid_t app, uint64_t starttime, uint64_
 	w->launches[w->n_launches++ % MAX_LAUNCHES] = (struct launch){app, starttime, schedule_id};
 }
 
-/* The index entry this exec of a recorded executable matches: its identity, and the argv it is
- * exec'd with for signatures. NULL if none; an identity mismatch is written as an event. */
+/* The index entry this exec of a recorded executable by `uid` matches: its identity, the argv it
+ * is exec'd with for signatures, and an owner whose schedule this user may use (another user's
+ * learned schedule never serves this launch). NULL if none; an identity mismatch is written as
+ * an event. */
 static const struct ws_index_entry *match_exec(struct worker *w, const struct fanotify_event_metadata *m,
-					       const struct stat *st)
+					       const struct stat *st, uid_t uid)
 {
 	const struct ws_index_entry *e;
 	struct ws_argv *av = malloc(sizeof(*av));
@@ -400,7 +402,7 @@ static const struct ws_index_entry *match_exec(struct worker *w, const struct fa
 	}
 	e = ws_index_match(&w->idx, st->st_dev, st->st_ino, st->st_size,
 			   (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
-			   av ? av->argv : NULL, av ? av->argc : 0, &mismatch);
+			   av ? av->argv : NULL, av ? av->argc : 0, uid, &mismatch);
 	free(av);
 	if (!e && mismatch)
 		emit_event(w, "\"event\": \"identity-mismatch\", \"dev\": %llu, \"ino\": %llu",
@@ -412,17 +414,14 @@ static const struct ws_index_entry *match_exec(struct worker *w, const struct fa
  * replayer is gone or the entry's hold time passes. Without a free hold slot, the process's ids
  * or a replayer: FAN_ALLOW now. */
 static void hold_for_replayer(struct worker *w, const struct fanotify_event_metadata *m,
-			      const struct ws_index_entry *e, uint64_t starttime, uint64_t t0)
+			      const struct ws_index_entry *e, uint64_t starttime, uint64_t t0, uid_t uid, gid_t gid)
 {
 	char stats[sizeof(((struct hold *)0)->stats)];
-	int slot = free_hold(w), nfd, err;
-	uid_t uid;
-	gid_t gid;
+	int slot = free_hold(w), nfd;
 	pid_t rp;
 	uint32_t hold_ms;
 
-	err = ws_proc_ids(m->pid, &uid, &gid);
-	if (slot < 0 || err < 0) {
+	if (slot < 0) {
 		w->n_allowed_error++;
 		respond(w, m->fd, FAN_ALLOW);
 		return;
@@ -453,6 +452,8 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 	const struct ws_index_entry *e;
 	struct stat st;
 	uint64_t starttime;
+	uid_t uid;
+	gid_t gid;
 
 	w->n_events++;
 	if (!w->idx.hdr || fstat(m->fd, &st) < 0 || !ws_index_find(&w->idx, st.st_dev, st.st_ino)) {
@@ -462,7 +463,12 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 		w->lat_ns[w->n_lat++ % LAT_RING] = (uint32_t)(ws_now_ns() - t0);
 		return;
 	}
-	e = match_exec(w, m, &st);
+	if (ws_proc_ids(m->pid, &uid, &gid) < 0) { /* whose launch it is decides which entries serve it */
+		w->n_allowed_error++;
+		respond(w, m->fd, FAN_ALLOW);
+		return;
+	}
+	e = match_exec(w, m, &st, uid);
 	if (!e) {
 		respond(w, m->fd, FAN_ALLOW);
 		return;
@@ -484,7 +490,7 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 		return;
 	}
 	w->n_matched++;
-	hold_for_replayer(w, m, e, starttime, t0);
+	hold_for_replayer(w, m, e, starttime, t0, uid, gid);
 }
 
 static void handle_fanotify(struct worker *w)

@@ -62,7 +62,7 @@ def test_a_user_sees_their_hooked_launches_and_gain_and_no_one_elses(tree):
     for d in (tree / "var", tree / "var/lib"):
         os.chmod(d, 0o755)
     conn = open_db(paths.state / "warmstart.db")
-    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', '/usr/bin/mail',"
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', CAST('/usr/bin/mail' AS BLOB),"
                        " '[\"mail\", \"--password=hunter2\"]', ?)", (NOW,)).lastrowid
     for t in (2.0, 2.4):   # the cold recordings: the reference of the gain
         conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method,"
@@ -103,7 +103,7 @@ def test_a_full_view_is_trimmed_at_once_and_a_launch_is_added_once(tree):
     paths = HookPaths(tree, tree / "var/lib/warmstart", tree / "run/warmstart", tree / "etc")
     paths.users.mkdir(parents=True, mode=0o755)
     conn = open_db(tree / "warmstart.db")
-    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', '/usr/bin/mail',"
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', CAST('/usr/bin/mail' AS BLOB),"
                        " '[]', ?)", (NOW,)).lastrowid
     nobody = pwd.getpwnam("nobody").pw_uid
     mine = paths.users / f"{nobody}.jsonl"

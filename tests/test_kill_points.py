@@ -52,10 +52,10 @@ def _check(db, state, app):
         known = {r[0] for r in conn.execute("SELECT id FROM schedules")}
     finally:
         conn.close()
-    index = read_index(os.fsencode(state / "hook.idx"), require_root=False)
-    for e in index.entries:
-        assert e.schedule_id in known, f"the index names schedule {e.schedule_id}, not in the database"
-        assert os.path.getsize(e.schedule) > 64, e.schedule
+    for name in ("hook.daemon.idx", "hook.idx"):   # warmstartd's, and the public one the shim reads
+        for e in read_index(os.fsencode(state / name), require_root=False).entries:
+            assert e.schedule_id in known, f"{name} names schedule {e.schedule_id}, not in the database"
+            assert os.path.getsize(e.schedule) > 64, e.schedule
     return sid
 
 
@@ -250,8 +250,9 @@ def _records(paths, since=0):
 
 
 def _indexed(state):
+    """The schedules warmstartd's index names (what its stale records are about)."""
     from warmstart.hook.index import read_index
-    return {e.schedule_id for e in read_index(os.fsencode(state / "hook.idx"), require_root=False).entries}
+    return {e.schedule_id for e in read_index(os.fsencode(state / "hook.daemon.idx"), require_root=False).entries}
 
 
 def _query(db, sql, *args):

@@ -111,8 +111,8 @@ static void run_idx(unsigned char *buf, size_t len)
 			sink += strlen(ws_index_str(&idx, e->exe_off)) + strlen(ws_index_str(&idx, e->sched_off)) +
 				strlen(ws_index_str(&idx, e->name_off));
 			sink += (uintptr_t)ws_index_find(&idx, e->dev, e->ino) + ws_entry_hold_ms(&idx, e);
-			sink += (uintptr_t)ws_index_match(&idx, e->dev, e->ino, e->size, e->mtime_ns, argv, 3, &mismatch);
-			sink += (uintptr_t)ws_index_match(&idx, e->dev, e->ino, e->size, e->mtime_ns, NULL, 0, &mismatch);
+			sink += (uintptr_t)ws_index_match(&idx, e->dev, e->ino, e->size, e->mtime_ns, argv, 3, 1000, &mismatch);
+			sink += (uintptr_t)ws_index_match(&idx, e->dev, e->ino, e->size, e->mtime_ns, NULL, 0, 0, &mismatch);
 		}
 		sink += (uintptr_t)ws_index_find(&idx, 1, 1);
 	}

@@ -142,7 +142,7 @@ def c_wsr(vectors: dict) -> str:
 def c_hook_index(vectors: dict) -> str:
     out = ["struct idx_vector_entry {", "\tuint64_t dev, ino, size;", "\tint64_t mtime_ns;", "\tuint64_t schedule_id;",
            "\tconst char *exe, *argv, *sched, *name, *files; /* argv, files: NUL-separated */",
-           "\tuint32_t exe_len, argv_len, sched_len, name_len, files_len;", "\tuint32_t hold_ms, flags;", "};", "",
+           "\tuint32_t exe_len, argv_len, sched_len, name_len, files_len;", "\tuint32_t hold_ms, flags, owner_uid;", "};", "",
            "struct idx_vector {", "\tconst char *file;", "\tint rejected; /* the -errno the reader returns, or 0 */",
            "\tuint32_t max_hold_ms, n_entries;", "\tconst struct idx_vector_entry *entries;", "};", "",
            "static const struct idx_vector idx_vectors[] = {"]
@@ -161,7 +161,7 @@ def c_hook_index(vectors: dict) -> str:
             entries.append(f"{{ .dev = {e['dev']}ull, .ino = {e['ino']}ull, .size = {e['size']}ull, "
                            f".mtime_ns = {e['mtime_ns']}ll, .schedule_id = {e['schedule_id']}ull, "
                            + ", ".join(f".{k} = {c_string(b)}, .{k}_len = {len(b)}" for k, b in strings.items())
-                           + f", .hold_ms = {e['hold_ms']}u, .flags = {flags} }}")
+                           + f", .hold_ms = {e['hold_ms']}u, .flags = {flags}, .owner_uid = {e.get('owner_uid', 0)}u }}")
         out.append(f"\t{{ .file = {c_string(name.encode())}, .max_hold_ms = {c['max_hold_ms']}u, "
                    f".n_entries = {len(c['entries'])},\n\t.entries = {c_array('struct idx_vector_entry', entries)} }},")
     out.append("};")

@@ -6,6 +6,8 @@ import sqlite3
 import time
 from typing import List, Optional, Sequence
 
+from .rows import check, check_all
+
 
 def insert_launch(conn: sqlite3.Connection, *, mode: str, launch_time_s: float,
                   app_id: Optional[int] = None, schedule_id: Optional[int] = None,
@@ -40,7 +42,7 @@ def latest_sorted_passes(conn: sqlite3.Connection) -> dict:
     rows = conn.execute(
         "SELECT a.name AS app, p.* FROM sorted_passes p JOIN apps a ON a.id = p.app_id"
         " ORDER BY p.measured_at, p.id").fetchall()
-    return {(r["app"], r["disk"]): dict(r) for r in rows}
+    return {(r["app"], r["disk"]): dict(r) for r in check_all("sorted_passes", rows)}
 
 
 def apps_with_hook_launches(conn: sqlite3.Connection) -> List[tuple]:
@@ -62,9 +64,10 @@ def last_bench_launch_id(conn: sqlite3.Connection, bench_id: str) -> int:
 def bench_launches_with_mode_prefix(conn: sqlite3.Connection, bench_id: str, prefix: str) -> List[tuple]:
     """(app name, mode, launch_time_s, exit_status, details) of the bench run's launches whose mode
     starts with prefix (a LIKE pattern: no % or _ in it)."""
-    return [(r[0], r[1], r[2], r[3], json.loads(r[4] or "{}")) for r in conn.execute(
-        "SELECT a.name, l.mode, l.launch_time_s, l.exit_status, l.details_json FROM launches l"
-        " JOIN apps a ON a.id = l.app_id WHERE l.bench_id = ? AND l.mode LIKE ?", (bench_id, prefix + "%"))]
+    return [(r["app"], r["mode"], r["launch_time_s"], r["exit_status"], json.loads(r["details_json"]))
+            for r in check_all("launches", conn.execute(
+                "SELECT l.id, a.name AS app, l.mode, l.launch_time_s, l.exit_status, l.details_json FROM launches l"
+                " JOIN apps a ON a.id = l.app_id WHERE l.bench_id = ? AND l.mode LIKE ?", (bench_id, prefix + "%")))]
 
 
 def set_launch_timeline(conn: sqlite3.Connection, launch_id: int, timeline: dict) -> None:
@@ -91,8 +94,8 @@ def unclaimed_hook_launch(conn: sqlite3.Connection, app_id: int, after_id: int) 
 def claim_launch(conn: sqlite3.Connection, launch_id: int, *, bench_id: str, disk: str, launch_time_s: float,
                  exit_status: Optional[int], extra: dict) -> None:
     """Make a launch the learner stored part of a bench run, timed as the bench times launches."""
-    details = json.loads(conn.execute("SELECT details_json FROM launches WHERE id = ?",
-                                      (launch_id,)).fetchone()[0] or "{}")
+    details = json.loads(check("launches", conn.execute("SELECT id, details_json FROM launches WHERE id = ?",
+                                                         (launch_id,)).fetchone())["details_json"])
     details["bench"] = extra
     conn.execute("UPDATE launches SET bench_id = ?, disk = ?, launch_time_s = ?, exit_status = ?, details_json = ?"
                  " WHERE id = ?", (bench_id, disk, launch_time_s, exit_status,
@@ -117,7 +120,7 @@ def list_launches(conn: sqlite3.Connection, app_id: Optional[int] = None, mode: 
 
 
 def _as_dict(row) -> dict:
-    d = dict(row)
+    d = dict(check("launches", row))
     d["details"] = json.loads(d.pop("details_json") or "{}")
     return d
 
@@ -135,13 +138,13 @@ def report_rows(conn: sqlite3.Connection, names: Sequence[str] = (), bench_id: O
     if disk:
         where.append("l.disk = ?")
         args.append(disk)
-    return conn.execute(f"""
+    return check_all("launches", conn.execute(f"""
         SELECT l.*, a.name AS app, s.algorithm, s.t_exp_s, s.created_at AS schedule_created_at,
                s.stale AS schedule_stale, s.stale_reason AS schedule_stale_reason, s.total_bytes AS schedule_bytes
         FROM launches l JOIN apps a ON a.id = l.app_id
         LEFT JOIN schedules s ON s.id = l.schedule_id
         WHERE {' AND '.join(where)}
-        ORDER BY a.name, l.started_at, l.id""", args).fetchall()
+        ORDER BY a.name, l.started_at, l.id""", args))
 
 
 def hook_launches_mentioning(conn: sqlite3.Connection, schedule_id: int, text: str) -> List[dict]:

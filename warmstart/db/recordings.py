@@ -14,6 +14,7 @@ from ..errors import WarmstartError
 from ..signature import signature_argv
 from ..model import BlockRequest, Extent, FileInfo, PageAdd, Process, Recording, UsedRun
 from .connection import transaction
+from .rows import check, check_all, extents_of, json_list_of
 
 
 def _argv_json(executable: bytes, argv: Sequence) -> str:
@@ -23,17 +24,19 @@ def _argv_json(executable: bytes, argv: Sequence) -> str:
 
 
 def argv_of(app_row) -> List[bytes]:
-    return [os.fsencode(a) for a in json.loads(app_row["argv_json"])]
+    return [os.fsencode(a) for a in json_list_of("apps", check("apps", app_row), "argv_json", (str,))]
 
 
 # ---- apps -------------------------------------------------------------------------------
 
 def get_app(conn: sqlite3.Connection, name: str) -> Optional[sqlite3.Row]:
-    return conn.execute("SELECT * FROM apps WHERE name = ?", (name,)).fetchone()
+    row = conn.execute("SELECT * FROM apps WHERE name = ?", (name,)).fetchone()
+    return None if row is None else check("apps", row)
 
 
 def get_app_by_id(conn: sqlite3.Connection, app_id: int) -> Optional[sqlite3.Row]:
-    return conn.execute("SELECT * FROM apps WHERE id = ?", (app_id,)).fetchone()
+    row = conn.execute("SELECT * FROM apps WHERE id = ?", (app_id,)).fetchone()
+    return None if row is None else check("apps", row)
 
 
 def find_app_by_signature(conn: sqlite3.Connection, executable: bytes, signature: Sequence[bytes]):
@@ -46,7 +49,7 @@ def find_app_by_signature(conn: sqlite3.Connection, executable: bytes, signature
 
 
 def list_apps(conn: sqlite3.Connection) -> List[sqlite3.Row]:
-    return conn.execute("SELECT * FROM apps ORDER BY name").fetchall()
+    return check_all("apps", conn.execute("SELECT * FROM apps ORDER BY name"))
 
 
 def upsert_app(conn: sqlite3.Connection, name: str, executable: bytes, argv: Sequence) -> int:
@@ -72,18 +75,21 @@ def upsert_app(conn: sqlite3.Connection, name: str, executable: bytes, argv: Seq
 # ---- recordings -------------------------------------------------------------------------
 
 def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes, argv: Sequence,
-                     rec: Recording) -> int:
-    """Store the app (created if new) and one recording atomically; returns the recording id."""
+                     rec: Recording, owner_uid: Optional[int] = None) -> int:
+    """Store the app (created if new) and one recording atomically; returns the recording id.
+    owner_uid: whose launch it is (the learner's recording of a user's launch); default the
+    recording process's user (0 for root's: usable by every user's launch)."""
+    owner_uid = os.getuid() if owner_uid is None else int(owner_uid)
     try:
         with transaction(conn):
             app_id = upsert_app(conn, app_name, executable, argv)
             cur = conn.execute(
                 "INSERT INTO recordings (app_id, started_at, launch_time_s, end_reason, exit_status, backend,"
-                " cold_method, lost_events, status, cpu_total_s, cpu_tail_ns, warm_cpu_s, env_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " cold_method, lost_events, status, cpu_total_s, cpu_tail_ns, warm_cpu_s, env_json, owner_uid)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (app_id, rec.started_at, rec.launch_time_s, rec.end_reason, rec.exit_status, rec.backend,
                  rec.cold_method, rec.lost_events, rec.status, rec.cpu_total_s, rec.cpu_tail_ns, rec.warm_cpu_s,
-                 json.dumps(rec.env, sort_keys=True, default=str)))
+                 json.dumps(rec.env, sort_keys=True, default=str), owner_uid))
             rid = cur.lastrowid
             conn.executemany(
                 "INSERT INTO block_requests (recording_id, seq, dev, sector, nr_sectors, rwbs, is_write,"
@@ -192,14 +198,15 @@ def list_recordings(conn: sqlite3.Connection, app_id: Optional[int] = None) -> L
            "   WHERE b.recording_id = r.id AND NOT b.is_write) AS read_bytes"
            " FROM recordings r JOIN apps a ON a.id = r.app_id")
     if app_id is None:
-        return conn.execute(sql + " ORDER BY a.name, r.id").fetchall()
-    return conn.execute(sql + " WHERE r.app_id = ? ORDER BY r.id", (app_id,)).fetchall()
+        return check_all("recordings", conn.execute(sql + " ORDER BY a.name, r.id"))
+    return check_all("recordings", conn.execute(sql + " WHERE r.app_id = ? ORDER BY r.id", (app_id,)))
 
 
 def recording_times(conn: sqlite3.Connection, app: str) -> List[float]:
     """When each of the app's recordings started (unix seconds), oldest first."""
-    return [r[0] for r in conn.execute("SELECT r.started_at FROM recordings r JOIN apps a ON a.id = r.app_id"
-                                       " WHERE a.name = ? ORDER BY r.started_at", (app,))]
+    return [check("recordings", r)["started_at"] for r in conn.execute(
+        "SELECT r.id, r.started_at FROM recordings r JOIN apps a ON a.id = r.app_id"
+        " WHERE a.name = ? ORDER BY r.started_at", (app,))]
 
 
 def latest_recording_id(conn: sqlite3.Connection, app: str) -> Optional[int]:
@@ -217,7 +224,8 @@ def recorded_extents_complete(conn: sqlite3.Connection, app: str) -> bool:
 
 
 def get_recording(conn: sqlite3.Connection, recording_id: int) -> Optional[sqlite3.Row]:
-    return conn.execute("SELECT * FROM recordings WHERE id = ?", (recording_id,)).fetchone()
+    row = conn.execute("SELECT * FROM recordings WHERE id = ?", (recording_id,)).fetchone()
+    return None if row is None else check("recordings", row)
 
 
 def latest_ok_recording_id(conn: sqlite3.Connection, app_name: str) -> Optional[int]:
@@ -229,13 +237,13 @@ def latest_ok_recording_id(conn: sqlite3.Connection, app_name: str) -> Optional[
 
 def recorded_files_on(conn: sqlite3.Connection, recording_id: int, dev: int, limit: int = 50) -> List[tuple]:
     """(path, ino, size) of at most `limit` files of the recording on device dev that have a path."""
-    return [tuple(r) for r in conn.execute(
-        "SELECT path, ino, size FROM recording_files WHERE recording_id = ? AND dev = ?"
-        " AND path IS NOT NULL LIMIT ?", (recording_id, dev, limit))]
+    return [(bytes(r["path"]), r["ino"], r["size"]) for r in check_all("recording_files", conn.execute(
+        "SELECT recording_id, dev, path, ino, size FROM recording_files WHERE recording_id = ? AND dev = ?"
+        " AND path IS NOT NULL LIMIT ?", (recording_id, dev, limit)))]
 
 
 def recording_env(row) -> Dict:
-    return json.loads(row["env_json"])
+    return json.loads(check("recordings", row)["env_json"])
 
 
 def delete_app(conn: sqlite3.Connection, name: str) -> bool:
@@ -250,13 +258,13 @@ def load_block_requests(conn: sqlite3.Connection, recording_id: int) -> List[Blo
     return [BlockRequest(dev=r["dev"], sector=r["sector"], nr_sectors=r["nr_sectors"], rwbs=r["rwbs"],
                          issue_ns=r["issue_ns"], queue_ns=r["queue_ns"], complete_ns=r["complete_ns"],
                          pid=r["pid"], tid=r["tid"], comm=r["comm"], cpu_before_ns=r["cpu_before_ns"])
-            for r in rows]
+            for r in check_all("block_requests", rows)]
 
 
 def load_page_cache_adds(conn: sqlite3.Connection, recording_id: int) -> List[PageAdd]:
     rows = conn.execute("SELECT * FROM page_cache_adds WHERE recording_id = ? ORDER BY seq", (recording_id,))
     return [PageAdd(t_ns=r["t_ns"], dev=r["dev"], ino=r["ino"], first_index=r["first_index"],
-                    nr_pages=r["nr_pages"]) for r in rows]
+                    nr_pages=r["nr_pages"]) for r in check_all("page_cache_adds", rows)]
 
 
 def traced_page_uses(conn: sqlite3.Connection, recording_id: int) -> bool:
@@ -268,7 +276,8 @@ def traced_page_uses(conn: sqlite3.Connection, recording_id: int) -> bool:
 def load_page_uses(conn: sqlite3.Connection, recording_id: int) -> List[UsedRun]:
     rows = conn.execute("SELECT * FROM page_uses WHERE recording_id = ? ORDER BY dev, ino, first_index",
                         (recording_id,))
-    return [UsedRun(dev=r["dev"], ino=r["ino"], first_index=r["first_index"], nr_pages=r["nr_pages"]) for r in rows]
+    return [UsedRun(dev=r["dev"], ino=r["ino"], first_index=r["first_index"], nr_pages=r["nr_pages"])
+            for r in check_all("page_uses", rows)]
 
 
 def load_recording_files(conn: sqlite3.Connection, recording_id: int) -> List[FileInfo]:
@@ -276,14 +285,15 @@ def load_recording_files(conn: sqlite3.Connection, recording_id: int) -> List[Fi
     return [FileInfo(dev=r["dev"], ino=r["ino"], path=bytes(r["path"]) if r["path"] is not None else None,
                      size=r["size"], mtime_ns=r["mtime_ns"], ctime_ns=r["ctime_ns"],
                      extents=None if r["extents_json"] is None else
-                     [Extent(*e) for e in json.loads(r["extents_json"])]) for r in rows]
+                     [Extent(*e) for e in extents_of("recording_files", r)]) for r in check_all("recording_files", rows)]
 
 
 def load_processes(conn: sqlite3.Connection, recording_id: int) -> List[Process]:
     rows = conn.execute("SELECT * FROM recording_processes WHERE recording_id = ? ORDER BY pid", (recording_id,))
     return [Process(pid=r["pid"], tgid=r["pid"], ppid=r["ppid"], comm=r["comm"],
                     exec_path=bytes(r["exec_path"]) if r["exec_path"] is not None else None,
-                    start_ns=r["start_ns"], exit_ns=r["exit_ns"], oncpu_ns=r["oncpu_ns"]) for r in rows]
+                    start_ns=r["start_ns"], exit_ns=r["exit_ns"], oncpu_ns=r["oncpu_ns"])
+            for r in check_all("recording_processes", rows)]
 
 
 def cold_recordings(conn: sqlite3.Connection, names: Sequence[str] = ()) -> List[sqlite3.Row]:
@@ -292,18 +302,30 @@ def cold_recordings(conn: sqlite3.Connection, names: Sequence[str] = ()) -> List
     where = ["r.cold_method = 'drop_caches'", "r.status = 'ok'", "coalesce(r.exit_status, 0) = 0"]
     if names:
         where.append(f"a.name IN ({','.join('?' * len(names))})")
-    return conn.execute("SELECT a.name AS app_name, r.id, r.started_at, r.launch_time_s, r.env_json,"
-                        " (SELECT dev FROM block_requests b WHERE b.recording_id = r.id GROUP BY dev"
-                        "  ORDER BY count(*) DESC LIMIT 1) AS main_dev"
-                        " FROM recordings r JOIN apps a ON a.id = r.app_id WHERE " + " AND ".join(where) +
-                        " ORDER BY r.started_at, r.id", list(names)).fetchall()
+    return check_all("recordings", conn.execute(
+        "SELECT a.name AS app_name, r.id, r.started_at, r.launch_time_s, r.env_json,"
+        " (SELECT dev FROM block_requests b WHERE b.recording_id = r.id GROUP BY dev"
+        "  ORDER BY count(*) DESC LIMIT 1) AS main_dev"
+        " FROM recordings r JOIN apps a ON a.id = r.app_id WHERE " + " AND ".join(where) +
+        " ORDER BY r.started_at, r.id", list(names)))
 
 
 def recorded_launch_s(conn: sqlite3.Connection, recording_ids: Sequence[int]) -> Optional[float]:
     """The median launch time of these recordings (the cold launches a schedule was made from)."""
     if not recording_ids:
         return None
-    times = sorted(r[0] for r in conn.execute(
-        f"SELECT launch_time_s FROM recordings WHERE id IN ({','.join('?' * len(recording_ids))})"
+    times = sorted(check("recordings", r)["launch_time_s"] for r in conn.execute(
+        f"SELECT id, launch_time_s FROM recordings WHERE id IN ({','.join('?' * len(recording_ids))})"
         " AND launch_time_s > 0", list(recording_ids)))
     return times[len(times) // 2] if times else None
+
+
+def recording_owners(conn: sqlite3.Connection, recording_ids: Sequence[int]) -> List[Optional[int]]:
+    """Whose launches these recordings are (recordings.owner_uid): 0 root's (`warmstart record`
+    as root), a uid for a launch of that user's the learner recorded, None when not known (learned
+    before owners were kept)."""
+    if not recording_ids:
+        return []
+    return [check("recordings", r)["owner_uid"] for r in conn.execute(
+        f"SELECT id, owner_uid FROM recordings WHERE id IN ({','.join('?' * len(recording_ids))})",
+        list(recording_ids))]

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..errors import WarmstartError
 from ..model import Extent, Range, Schedule, ScheduledFile, Segment
 from .connection import transaction
+from .rows import bad, check, check_all, json_list_of
 
 
 def _app_id(conn: sqlite3.Connection, app_name: str) -> int:
@@ -75,26 +76,41 @@ def load_schedule(conn: sqlite3.Connection, schedule_id: int) -> Schedule:
                      " WHERE s.id = ?", (schedule_id,)).fetchone()
     if s is None:
         raise WarmstartError(f"no schedule with id {schedule_id}: list them with `warmstart show APP --all`")
-    files = [ScheduledFile(bytes(r["path"]), r["dev"], r["ino"], r["size"], r["mtime_ns"], r["ctime_ns"])
-             for r in conn.execute("SELECT * FROM schedule_files WHERE schedule_id = ? ORDER BY file_no",
-                                   (schedule_id,))]
+    check("schedules", s)
+    recording_ids = json_list_of("schedules", s, "recording_ids", (int,))
+    files = []
+    for r in check_all("schedule_files", conn.execute(
+            "SELECT * FROM schedule_files WHERE schedule_id = ? ORDER BY file_no", (schedule_id,))):
+        if r["file_no"] != len(files):   # ranges name files by their number: no gap, no repeat
+            raise bad("schedule_files", r, "file_no", f"is not the next file number ({len(files)})")
+        files.append(ScheduledFile(bytes(r["path"]), r["dev"], r["ino"], r["size"], r["mtime_ns"], r["ctime_ns"]))
     extents: Dict[int, List[Extent]] = {}
-    for r in conn.execute("SELECT * FROM file_extents WHERE schedule_id = ? ORDER BY file_no, logical",
-                          (schedule_id,)):
+    for r in check_all("file_extents", conn.execute(
+            "SELECT * FROM file_extents WHERE schedule_id = ? ORDER BY file_no, logical", (schedule_id,))):
+        if r["file_no"] >= len(files):
+            raise bad("file_extents", r, "file_no", "names no file of the schedule")
         extents.setdefault(r["file_no"], []).append(Extent(r["logical"], r["physical"], r["length"], r["flags"]))
-    segments = [Segment(r["idx"], r["first_p"], r["last_p"], r["t_disk_s"], r["cpu_s"], r["bytes"])
-                for r in conn.execute("SELECT * FROM segments WHERE schedule_id = ? ORDER BY idx", (schedule_id,))]
+    segments = []
+    for r in check_all("segments", conn.execute("SELECT * FROM segments WHERE schedule_id = ? ORDER BY idx",
+                                                (schedule_id,))):
+        if r["first_p"] > r["last_p"]:
+            raise bad("segments", r, "first_p", f"is after last_p ({r['last_p']})")
+        segments.append(Segment(r["idx"], r["first_p"], r["last_p"], r["t_disk_s"], r["cpu_s"], r["bytes"]))
     by_idx = {seg.idx: seg for seg in segments}
-    for r in conn.execute("SELECT * FROM schedule_ranges WHERE schedule_id = ? ORDER BY segment_idx, ord",
-                          (schedule_id,)):
+    for r in check_all("schedule_ranges", conn.execute(
+            "SELECT * FROM schedule_ranges WHERE schedule_id = ? ORDER BY segment_idx, ord", (schedule_id,))):
+        if r["segment_idx"] not in by_idx:
+            raise bad("schedule_ranges", r, "segment_idx", "names no segment of the schedule")
+        if r["file_no"] is not None and (r["file_no"] >= len(files) or r["file_offset"] is None):
+            raise bad("schedule_ranges", r, "file_no", "names no file of the schedule, or has no file_offset")
         f = None if r["file_no"] is None else files[r["file_no"]]
         by_idx[r["segment_idx"]].ranges.append(
             Range(r["dev"], r["sector"], r["nr_sectors"], r["length"], f, r["file_offset"], r["orig_pos"]))
     return Schedule(id=s["id"], app_name=s["app_name"], algorithm=s["algorithm"], probe=s["probe"],
                     t_exp_s=s["t_exp_s"], total_bytes=s["total_bytes"], waste_bytes=s["waste_bytes"],
-                    recording_ids=json.loads(s["recording_ids"]), segments=segments, files=files,
+                    recording_ids=recording_ids, segments=segments, files=files,
                     extents=extents, profile_id=s["profile_id"], created_at=s["created_at"],
-                    stale=bool(s["stale"]), params=json.loads(s["params_json"] or "{}"))
+                    stale=bool(s["stale"]), params=json.loads(s["params_json"]))
 
 
 def load_active_schedule(conn: sqlite3.Connection, app_name: str) -> Optional[Schedule]:
@@ -109,17 +125,20 @@ def load_active_schedule(conn: sqlite3.Connection, app_name: str) -> Optional[Sc
 def list_schedules(conn: sqlite3.Connection, app_name: str) -> List[dict]:
     """Summary rows (id, created_at, algorithm, probe, t_exp_s, total_bytes, active) of an app's schedules."""
     app_id = _app_id(conn, app_name)
-    return [dict(r) for r in conn.execute(
+    return [dict(r) for r in check_all("schedules", conn.execute(
         "SELECT id, created_at, algorithm, probe, t_exp_s, total_bytes, waste_bytes, active, stale"
-        " FROM schedules WHERE app_id = ? ORDER BY id", (app_id,))]
+        " FROM schedules WHERE app_id = ? ORDER BY id", (app_id,)))]
 
 
 def active_schedule_summary(conn: sqlite3.Connection, app_name: str) -> Optional[dict]:
     """id, algorithm, t_exp_s and number of segments of the app's active schedule, or None."""
     row = conn.execute("SELECT s.id, s.algorithm, s.t_exp_s, (SELECT COUNT(*) FROM segments g WHERE"
-                       " g.schedule_id = s.id) FROM schedules s JOIN apps a ON a.id = s.app_id"
+                       " g.schedule_id = s.id) AS segments FROM schedules s JOIN apps a ON a.id = s.app_id"
                        " WHERE a.name = ? AND s.active = 1", (app_name,)).fetchone()
-    return None if row is None else {"id": row[0], "algorithm": row[1], "t_exp_s": row[2], "segments": row[3]}
+    if row is None:
+        return None
+    check("schedules", row)
+    return {"id": row["id"], "algorithm": row["algorithm"], "t_exp_s": row["t_exp_s"], "segments": row["segments"]}
 
 
 def app_of_schedule(conn: sqlite3.Connection, schedule_id: int) -> int:
@@ -146,9 +165,9 @@ def mark_stale(conn: sqlite3.Connection, schedule_id: int, stale: bool = True, r
 
 def stale_marks(conn: sqlite3.Connection, app: str) -> List[Tuple[float, str]]:
     """(when, why) each of the app's schedules went stale, oldest first."""
-    return [(r[0], r[1] or "stale") for r in conn.execute(
-        "SELECT s.stale_at, s.stale_reason FROM schedules s JOIN apps a ON a.id = s.app_id"
-        " WHERE a.name = ? AND s.stale_at IS NOT NULL ORDER BY s.stale_at", (app,))]
+    return [(r["stale_at"], r["stale_reason"] or "stale") for r in check_all("schedules", conn.execute(
+        "SELECT s.id, s.stale_at, s.stale_reason FROM schedules s JOIN apps a ON a.id = s.app_id"
+        " WHERE a.name = ? AND s.stale_at IS NOT NULL ORDER BY s.stale_at", (app,)))]
 
 
 def active_schedule_ids(conn: sqlite3.Connection) -> List[int]:
@@ -158,9 +177,11 @@ def active_schedule_ids(conn: sqlite3.Connection) -> List[int]:
 def newest_schedule_stale(conn: sqlite3.Connection, app: str) -> Optional[bool]:
     """None for an app not in the database; else whether its newest schedule is stale (False
     while it has none yet)."""
-    rows = conn.execute("SELECT s.stale FROM apps a LEFT JOIN schedules s ON s.app_id = a.id"
+    rows = conn.execute("SELECT s.id, s.stale FROM apps a LEFT JOIN schedules s ON s.app_id = a.id"
                         " WHERE a.name = ? ORDER BY s.id DESC LIMIT 1", (app,)).fetchall()
-    return bool(rows[0]["stale"]) if rows else None
+    if not rows or rows[0]["id"] is None:
+        return False if rows else None
+    return bool(check("schedules", rows[0])["stale"])
 
 
 def insert_relocation(conn: sqlite3.Connection, apps: Sequence[str], dev: int, region_sector: Optional[int],

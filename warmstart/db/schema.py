@@ -283,6 +283,14 @@ CREATE INDEX sorted_passes_app ON sorted_passes(app_id, disk);
 ALTER TABLE schedules ADD COLUMN stale_at REAL;
 ALTER TABLE schedules ADD COLUMN stale_reason TEXT;
 """),
+    # Whose launch a recording is (issue 23): the learner records a user's real launch, and the
+    # schedule made from it serves that user's launches only (hook/entries.py). 0: recorded by
+    # root (`warmstart record`), usable by all. NULL: learned before owners were kept, user
+    # unknown: its schedule is left out of the hook until re-learned.
+    ("recording owners", """
+ALTER TABLE recordings ADD COLUMN owner_uid INTEGER;
+UPDATE recordings SET owner_uid = 0 WHERE cold_method NOT LIKE 'none (learned%';
+"""),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

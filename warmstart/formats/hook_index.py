@@ -2,7 +2,7 @@
 preload shim (launchd-hook/index.h includes the generated build/gen/hook_index_layout.h and maps
 the file onto its structs).
 
-    header (64 bytes) | entries (88 bytes each, sorted by dev, ino, then argv-signature entries
+    header (64 bytes) | entries (96 bytes each, sorted by dev, ino, then argv-signature entries
     before exe-only ones) | string table (each string NUL-terminated)
 
 checksum = FNV-1a 64 over everything after the header. Little-endian.
@@ -11,7 +11,7 @@ checksum = FNV-1a 64 over everything after the header. Little-endian.
 from . import Field, Format, Record
 
 MAGIC = b"WSHOOKIX"
-VERSION = 1
+VERSION = 2                 # 2: entries carry owner_uid
 HOLD_CAP_MS = 60000         # the daemon never holds an exec longer, whatever the index or config says
 ENTRY_STALE = 0x1           # a scheduled file changed since analysis: do not replay
 ENTRY_LAUNCHER = 0x2        # the wrapper (env/chroot) the app is launched through; it has no files
@@ -27,7 +27,7 @@ HEADER = Record("HEADER", 64,
                 Field("flags", "I"),
                 Field("reserved", "28x"),
                 c_struct="ws_index_header")
-ENTRY = Record("ENTRY", 88,
+ENTRY = Record("ENTRY", 96,
                Field("dev", "Q", "userspace dev_t, makedev(major, minor)"),
                Field("ino", "Q"),
                Field("size", "Q"),
@@ -45,6 +45,9 @@ ENTRY = Record("ENTRY", 88,
                Field("files_len", "I"),
                Field("hold_ms", "I", "pre-buffer deadline for this app"),
                Field("flags", "I", "WS_ENTRY_*"),
+               Field("owner_uid", "I", "whose launches may use it: 0 (root's recording) any user's, "
+                     "otherwise that uid's only (a schedule learned from that user's launch)"),
+               Field("reserved", "4x"),
                c_struct="ws_index_entry")
 
 FORMAT = Format("hook_index", "WS_INDEX", __doc__.split("\n\n")[0],

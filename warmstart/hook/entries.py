@@ -4,13 +4,12 @@ Each schedule is exported (.wsr, warmstart/replay/export.py) next to the index, 
 daemon hands the replayer a file, never the database.
 """
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from ..db.recordings import list_apps, recorded_launch_s
+from ..db.recordings import argv_of, list_apps, recorded_launch_s, recording_owners
 from ..db.schedules import load_active_schedule
 from ..errors import WarmstartError
 from ..replay.export import write_export
@@ -46,7 +45,7 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
     for app in list_apps(conn):
         name = app["name"]
         exe = bytes(app["executable"])
-        argv = [a.encode("utf-8", "surrogateescape") for a in json.loads(app["argv_json"])]
+        argv = argv_of(app)
         ident = (app["exe_dev"], app["exe_ino"], app["exe_size"] or 0, app["exe_mtime_ns"] or 0)
         wrapped = unwrap_launcher(argv)
         launcher = None
@@ -76,9 +75,16 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
         if sched.stale:
             skipped.append(Skipped(name, f"schedule {sched.id} is stale: re-record and re-analyze {name}"))
             continue
+        owner = schedule_owner(recording_owners(conn, sched.recording_ids))
+        if owner is None:
+            skipped.append(Skipped(name, f"schedule {sched.id} is made of launches of several users, or of one "
+                                         f"learned before warmstart kept whose it was: re-record it"))
+            continue
         export = paths.schedules / f"{sched.id}.wsr"
         try:
-            write_export(sched, export)   # mode 0644 whatever the umask (paths.replace_file)
+            # another user's paths are theirs: root's alone to read (the replayer loads the
+            # schedule before it drops to the launching user)
+            write_export(sched, export, 0o600 if owner else 0o644)
         except OSError as e:
             raise WarmstartError(f"cannot write schedule export {export}: {e.strerror}; run as root")
         first = sched.segments[0].t_disk_s if sched.segments else 0.0
@@ -87,11 +93,21 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
             dev=ident[0], ino=ident[1], size=ident[2], mtime_ns=ident[3], schedule_id=sched.id, exe=exe,
             schedule=os.fsencode(export), name=name, needles=needles(exe, argv),
             files=tuple(f.path for f in sched.files if f.path.startswith(b"/")),
-            hold_ms=hold_ms_for(first, cold, cfg))
+            hold_ms=hold_ms_for(first, cold, cfg), owner_uid=owner)
         index.entries.append(entry)
         if launcher:
             index.entries.extend(launcher_entry(entry, *launcher))
     return index, skipped
+
+
+def schedule_owner(owners) -> Optional[int]:
+    """Whose launches a schedule made from recordings of these owners may serve: 0 (all users)
+    when root made them all; the one user whose launch was recorded (learned) otherwise; None
+    when several users' launches, or an unknown one's, went into it."""
+    users = set(owners) - {0}
+    if None in users or len(users) > 1:
+        return None
+    return users.pop() if users else 0
 
 
 def launcher_entry(app: IndexEntry, exe: bytes, argv: List[bytes], ident) -> List[IndexEntry]:
@@ -110,4 +126,4 @@ def launcher_entry(app: IndexEntry, exe: bytes, argv: List[bytes], ident) -> Lis
         return []
     return [IndexEntry(dev=ident[0], ino=ident[1], size=ident[2] or 0, mtime_ns=ident[3] or 0,
                        schedule_id=app.schedule_id, exe=exe, schedule=app.schedule, name=app.name,
-                       needles=tuple(words), hold_ms=app.hold_ms, launcher=True)]
+                       needles=tuple(words), hold_ms=app.hold_ms, launcher=True, owner_uid=app.owner_uid)]

@@ -1,16 +1,17 @@
 """The hook index file: the only thing warmstartd and the preload shim read on the exec path.
 
 The layout is defined once in warmstart/formats/hook_index.py (launchd-hook/index.h includes the
-header generated from it): a 64-byte header, 88-byte entries sorted by (dev, ino) with
+header generated from it): a 64-byte header, 96-byte entries sorted by (dev, ino) with
 argv-signature entries before exe-only ones, then NUL-terminated strings. Written atomically
 (temp file + rename) because the daemon reloads on the rename.
 """
 
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from ..errors import WarmstartError
+from ..paths import replace_file
 from ..formats.hook_index import (ENTRY, ENTRY_LAUNCHER, ENTRY_STALE, HEADER, HOLD_CAP_MS, MAGIC, VERSION,
                                   fnv1a64)
 
@@ -33,6 +34,7 @@ class IndexEntry:
     hold_ms: int = 1000
     stale: bool = False
     launcher: bool = False                  # see ENTRY_LAUNCHER
+    owner_uid: int = 0                      # 0: any user's launch; else only that uid's (learned from it)
 
 
 @dataclass
@@ -75,7 +77,8 @@ def encode(index: Index) -> bytes:
             strings[field_ + "_off"], strings[field_ + "_len"] = off, length
         body += ENTRY.pack(dev=e.dev, ino=e.ino, size=e.size, mtime_ns=e.mtime_ns, schedule_id=e.schedule_id,
                            **strings, hold_ms=hold,
-                           flags=(ENTRY_STALE if e.stale else 0) | (ENTRY_LAUNCHER if e.launcher else 0))
+                           flags=(ENTRY_STALE if e.stale else 0) | (ENTRY_LAUNCHER if e.launcher else 0),
+                           owner_uid=e.owner_uid)
     body += strtab
     header = HEADER.pack(magic=MAGIC, version=VERSION, n_entries=len(entries), strtab_len=len(strtab),
                          max_hold_ms=max(1, min(int(index.max_hold_ms), HOLD_CAP_MS)),
@@ -114,25 +117,19 @@ def decode(data: bytes, source: str = "index") -> Index:
             name=get(v["name_off"], v["name_len"]).decode(errors="replace"),
             needles=tuple(needles.split(b"\0")) if needles else (),
             files=tuple(files.split(b"\0")) if files else (), hold_ms=v["hold_ms"],
-            stale=bool(v["flags"] & ENTRY_STALE), launcher=bool(v["flags"] & ENTRY_LAUNCHER)))
+            stale=bool(v["flags"] & ENTRY_STALE), launcher=bool(v["flags"] & ENTRY_LAUNCHER),
+            owner_uid=v["owner_uid"]))
     return out
 
 
-def write_index(path: bytes, index: Index, owner_root: Optional[bool] = None) -> None:
-    """Atomically replace `path` with the encoded index, mode 0644 (root-owned when run as root)."""
+def write_index(path: bytes, index: Index, mode: int = 0o644) -> None:
+    """Atomically replace `path` with the encoded index, `mode` (0644: the shim of every user reads
+    it; 0600: entries of one user's launches), root-owned when run as root."""
     data = encode(index)
     directory = os.path.dirname(path) or b"."
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        tmp = path + b".tmp.%d" % os.getpid()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            os.fchmod(fd, 0o644)  # the umask must not make it group-writable: the daemon would refuse it
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
+        replace_file(path, data, mode)   # a new O_EXCL temp file, never one a user planted
     except OSError as e:
         raise WarmstartError(f"cannot write the hook index {os.fsdecode(path)}: {e.strerror}; "
                              f"run as root or pass --index PATH")

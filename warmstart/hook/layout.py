@@ -15,7 +15,15 @@ class HookPaths:
 
     @property
     def index(self) -> Path:
+        """The public index (0644): the shim reads it in every user's process. Entries usable by
+        anyone only (owner 0), and as a user, that user's own."""
         return self.state / "hook.idx"
+
+    @property
+    def daemon_index(self) -> Path:
+        """warmstartd's index (root's, 0600): every entry, those learned from a user's launch
+        included (their paths are that user's: never published, docs/security.md)."""
+        return self.state / "hook.daemon.idx"
 
     @property
     def schedules(self) -> Path:

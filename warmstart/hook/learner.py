@@ -9,7 +9,8 @@ warmstartd (and stopped by uninstall). Two jobs, one loop:
    recorder on that pid (task events follow its forks) and answers one byte: the daemon releases
    the exec, so THIS first launch is recorded from its exec on. Otherwise it closes the socket
    (declined). Recording ends when the process exits; the recording is stored as app
-   `auto-<name>-<hash>`. The cache is NOT dropped for it (it is the user's real launch): it is as
+   `auto-<name>-<hash>`, owned by the launching process's real uid: its schedule serves that
+   user's launches only, and its paths stay out of the public index (docs/security.md). The cache is NOT dropped for it (it is the user's real launch): it is as
    cold as the machine happened to be. Analysis waits until the machine is idle (CPU busy below
    `learn_idle_cpu`, no more than `learn_idle_io_kbps` of disk I/O, over 2 s), or at most
    `learn_idle_max_s`, runs `analyze` (probe auto: hybrid with a disk profile) and refreshes the
@@ -66,6 +67,19 @@ def app_name_for(exe: bytes, argv) -> str:
     return f"auto-{base}-{key}"
 
 
+def launch_uid(pid: int) -> Optional[int]:
+    """The real uid of process `pid` (held at its exec), as warmstartd's ws_proc_ids reads it: the
+    user whose launch it is, the owner of a recording of it. None if it cannot be read."""
+    try:
+        with open(f"/proc/{int(pid)}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def parse_request(data: bytes):
     head, _, rest = data.partition(b"\n")
     f = head.split()
@@ -104,7 +118,7 @@ class Recorder(threading.Thread):
             # ready: tracing runs, the daemon may release the exec (answered in any case below)
             rid = record_running(self.learner.db, self.name, req["pid"], req["exe"], req["argv"], opts,
                                  cold="none (learned from a real launch)", ready=self._answer,
-                                 stopping=self.learner.stopping, say=_log)
+                                 stopping=self.learner.stopping, say=_log, owner_uid=req["uid"])
         except WarmstartError as e:
             error = str(e)
         except Exception as e:  # a failed recording must not take the learner down
@@ -231,13 +245,20 @@ class Learner:
         except (OSError, ValueError, IndexError):
             sock.close()
             return
+        # whose launch it is: the recording, and the schedule made from it, are theirs (only
+        # their launches use it; docs/security.md)
+        req["uid"] = launch_uid(req["pid"])
         with self.lock:
-            name = self.decide(req)
+            try:
+                name = self.decide(req) if req["uid"] is not None else None
+            except Exception as e:   # a database it cannot read: decline this launch, serve the next
+                _log(f"learning request of pid {req['pid']} declined: {type(e).__name__}: {e}")
+                name = None
             if name is None:
                 sock.close()
                 return
             self.recording = name
-        _log(f"learning {name}: pid {req['pid']} {os.fsdecode(req['exe'])}")
+        _log(f"learning {name}: pid {req['pid']} uid {req['uid']} {os.fsdecode(req['exe'])}")
         self.thread = Recorder(self, req, name, sock)
         self.thread.start()
 
@@ -261,9 +282,10 @@ class Learner:
                  f"{', waited the maximum' if overdue else ''}); hook index refreshed")
             self._event({"event": "analyzed", "app": name, "schedule_id": r["schedule_id"],
                          "cpu_busy": busy, "io_kbps": kbps, "overdue": overdue})
-        except (WarmstartError, OSError) as e:
-            _log(f"analysis of {name} failed: {e}")
-            self._event({"event": "analyzed", "app": name, "error": str(e)})
+        except Exception as e:   # any: a bad row, a bug; this app's analysis fails, the learner goes on
+            why = str(e) if isinstance(e, (WarmstartError, OSError)) else f"{type(e).__name__}: {e}"
+            _log(f"analysis of {name} failed: {why}")
+            self._event({"event": "analyzed", "app": name, "error": why})
 
     # ---- accuracy feedback
     # What the learner has taken from the daemon's log survives it (a SIGKILL, a crash, a
@@ -396,12 +418,22 @@ class Learner:
             try:
                 with self.db() as conn:
                     refresh(conn, self.paths)
-            except (WarmstartError, OSError) as e:
-                _log(f"hook index not refreshed after a relearn verdict: {e}; run `warmstart hook refresh`")
+            except Exception as e:
+                why = str(e) if isinstance(e, (WarmstartError, OSError)) else f"{type(e).__name__}: {e}"
+                _log(f"hook index not refreshed after a relearn verdict: {why}; run `warmstart hook refresh`")
             self.refresh_due = False
             self._save_feedback_state()
 
     # ---- main loop
+    @staticmethod
+    def guarded(what: str, step, *args) -> None:
+        """One step of the loop: whatever it raises is logged, and the loop goes on (a bad row
+        or request costs that launch, never the learner)."""
+        try:
+            step(*args)
+        except Exception as e:
+            _log(f"{what} failed: {type(e).__name__}: {e}")
+
     def serve(self, stop: threading.Event):
         # behind what the user runs, as warmstart-learner.service runs it (Nice=10), also when
         # `hook install` started it directly (no systemd)
@@ -435,12 +467,12 @@ class Learner:
                         conn, _addr = srv.accept()
                     except BlockingIOError:
                         continue
-                    self.handle(conn)
-                self.collect_launches()
-                self.judge_finished()
+                    self.guarded("a learning request", self.handle, conn)
+                self.guarded("reading the launch records", self.collect_launches)
+                self.guarded("the launches' feedback", self.judge_finished)
                 if time.monotonic() - last_idle >= self.cfg.learn_idle_sample_s:
                     last_idle = time.monotonic()
-                    self.analyze_when_idle(idle)
+                    self.guarded("the idle analysis", self.analyze_when_idle, idle)
         finally:
             self.stopping.set()  # a recording in progress ends now (stored as a timeout: refused below)
             if self.thread is not None:

@@ -9,7 +9,7 @@ from ..errors import WarmstartError
 from . import events, feedback, preload, service, users
 from .config import load_config
 from .entries import build_index
-from .index import read_index, write_index
+from .index import Index, read_index, write_index
 from .layout import HookPaths, hook_paths, system_paths
 
 
@@ -19,7 +19,12 @@ def refresh(conn, paths: Optional[HookPaths] = None) -> dict:
     cfg = load_config(paths.config if paths.config.exists() else None)
     events.sync(conn, paths)  # stale marks first, so stale schedules leave the index
     index, skipped = build_index(conn, paths, cfg)
-    write_index(os.fsencode(paths.index), index)
+    # warmstartd's, every entry; then the public one the shim reads: no path of a schedule
+    # learned from another user's launch in it (docs/security.md)
+    write_index(os.fsencode(paths.daemon_index), index, mode=0o600)
+    public = Index([e for e in index.entries if e.owner_uid in (0, os.geteuid())], index.max_hold_ms)
+    write_index(os.fsencode(paths.index), public,
+                mode=0o600 if any(e.owner_uid for e in public.entries) else 0o644)
     in_use = {os.fsdecode(e.schedule) for e in index.entries}
     for f in paths.schedules.glob("*.wsr"):  # exports of forgotten apps and older schedules
         if str(f) not in in_use:
@@ -96,7 +101,7 @@ def uninstall() -> dict:
         removed.append(pre)
     # the daemon is stopped: its log and launch reports go too, so no later install (of this
     # database or another) can read them
-    for f in (paths.index, paths.events, paths.events_offset, paths.feedback_offset, paths.generation):
+    for f in (paths.index, paths.daemon_index, paths.events, paths.events_offset, paths.feedback_offset, paths.generation):
         if f.exists():
             f.unlink()
             removed.append(str(f))

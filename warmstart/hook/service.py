@@ -25,7 +25,7 @@ def systemd_running() -> bool:
 
 
 def daemon_args(paths: HookPaths, cfg: Optional[HookConfig] = None):
-    args = [str(helper_binary("warmstartd")), "--index", str(paths.index), "--events", str(paths.events),
+    args = [str(helper_binary("warmstartd")), "--index", str(paths.daemon_index), "--events", str(paths.events),
             "--stats", str(paths.stats), "--pidfile", str(paths.pidfile),
             "--replayer", str(helper_binary("warmstart-replay")), "--launch-dir", str(paths.launches)]
     if cfg is not None and cfg.learn == "auto":

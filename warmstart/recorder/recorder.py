@@ -203,14 +203,15 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
 
 def record_running(db: Callable[[], ContextManager], name: str, pid: int, executable: bytes, argv: Sequence,
                    opts: RecordOptions, cold: str, ready: Callable[[], None], stopping: threading.Event,
-                   say: Callable[[str], None] = print) -> int:
+                   say: Callable[[str], None] = print, owner_uid: Optional[int] = None) -> int:
     """Record process `pid`, already started (held at its exec, as warmstartd holds a launch
     to learn), from now until it exits, as app `name`; returns the new recording's id.
 
     The cache is left as it is (`cold` says how it was). ready() is called once tracing runs:
     the exec may be released then. db() gives a connection (as a context manager), opened only
     to store. Raises WarmstartError, storing nothing, when the process is gone before tracing
-    starts, or has not exited after opts.timeout or when `stopping` is set."""
+    starts, or has not exited after opts.timeout or when `stopping` is set. owner_uid: whose
+    launch it is (the recording's owner, db.recordings.insert_recording)."""
     try:
         pidfd = os.pidfd_open(pid)
     except OSError as e:
@@ -238,7 +239,8 @@ def record_running(db: Callable[[], ContextManager], name: str, pid: int, execut
     result = LaunchResult(pid=pid, start_ns=start_ns, end_ns=end_ns, end_reason="exit", exit_status=None,
                           devices=watch)
     with db() as conn:
-        return store_recording(conn, name, argv, executable, opts, result, trace, cold, started_at)
+        return store_recording(conn, name, argv, executable, opts, result, trace, cold, started_at,
+                               owner_uid=owner_uid)
 
 
 def _warm_cpu_s(argv, opts: RecordOptions, traced: LaunchResult, devices, say) -> Optional[float]:
@@ -274,7 +276,7 @@ def _refuse_bad_end(result: LaunchResult, opts: RecordOptions) -> None:
 
 def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: RecordOptions,
                     result: LaunchResult, trace: Trace, cold: str, started_at: float,
-                    warm_cpu_s: Optional[float] = None) -> int:
+                    warm_cpu_s: Optional[float] = None, owner_uid: Optional[int] = None) -> int:
     """Attribute the trace to the launch (its tree, window and devices), resolve its files and
     store it as a recording of app `name` in one transaction; returns its id."""
     argv = [os.fsdecode(a) for a in argv]
@@ -320,4 +322,4 @@ def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: Re
                     exit_status=result.exit_status, backend=backend_name, cold_method=cold, lost_events=lost,
                     cpu_total_s=curve.between(start, end) / 1e9, cpu_tail_ns=tail, warm_cpu_s=warm_cpu_s, env=env,
                     requests=requests, page_adds=adds, page_uses=uses, processes=procs, files=files)
-    return store.insert_recording(conn, name, executable, [os.fsencode(a) for a in argv], rec)
+    return store.insert_recording(conn, name, executable, [os.fsencode(a) for a in argv], rec, owner_uid)

@@ -96,13 +96,14 @@ def export_in_memory(schedule) -> int:
     return fd
 
 
-def write_export(schedule, path) -> ExportInfo:
+def write_export(schedule, path, mode: int = 0o644) -> ExportInfo:
     """Write the export for `schedule` to `path` atomically (temp file + rename). The temp file
     is named after this process (PATH.tmp.PID): a concurrent writer never replaces it, and one a
-    killed writer left behind is recognisable (hook refresh removes those)."""
+    killed writer left behind is recognisable (hook refresh removes those). The file has exactly
+    `mode` whatever the umask: 0644 by default, as the shim reads exports in every user's process."""
     c = contents(schedule)
     path = os.fsencode(path)
-    replace_file(path, wsr.encode(c), 0o644)   # the shim reads exports in every user's process
+    replace_file(path, wsr.encode(c), mode)
     nranges = sum(len(s.ranges) for s in schedule.segments)
     return ExportInfo(path=path, schedule_id=schedule.id or 0, files=len(c.files),
                       segments=len(schedule.segments), ranges=nranges,
