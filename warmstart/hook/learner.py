@@ -18,7 +18,9 @@ warmstartd (and stopped by uninstall). Two jobs, one loop:
    replayer's stats file, which the replayer completes at the app's exit with the verdict's
    measurement taken there; feedback.judge() stores a `launches` row (mode "hook"). After
    `stale_after_bad` bad verdicts in a row the schedule is marked stale and the index refreshed
-   (learn = auto: re-learned), or the app is shown as degraded and kept (learn = off).
+   (learn = auto: re-learned), or the app is shown as degraded and kept (learn = off); after as
+   many launches in a row not clearly faster than cold it is marked stale and leaves the index
+   with learn = off too.
 """
 
 import hashlib
@@ -373,7 +375,7 @@ class Learner:
                 pass
             self.waiting.remove(item)
             self.looked_up.discard(stats_file)
-            self.refresh_due |= v.get("action") == "relearn"
+            self.refresh_due |= v.get("action") in ("relearn", "stopped")   # the app leaves the index
             changed += 1
             unsaved = len(self.waiting) >= 100 and changed % 100   # a long backlog: not each time
             if not unsaved:
@@ -382,12 +384,14 @@ class Learner:
                 continue
             what = f"hooked launch of schedule {r['schedule_id']}: launches row {lid}" + \
                 (" (stored before a restart)" if again else "")
-            if not v.get("judged"):
-                _log(f"{what}, not judged: {v.get('not_judged')}")
+            timed = "not timed" if v.get("not_timed") else "timed"
+            if not v.get("judged") and v.get("slow") is None:
+                _log(f"{what}, {timed}, not judged: {v.get('not_judged')}")
                 continue
             hit = "n/a" if v.get("hit_ratio") is None else f"{v['hit_ratio']:.0%}"
-            _log(f"{what}, hit ratio {hit}, missed {v.get('missed_bytes')} B"
-                 + (f"; bad ({v['reason']}), {v['bad_streak']} in a row" if v.get("bad") else "")
+            _log(f"{what}, {timed}, hit ratio {hit}, missed {v.get('missed_bytes')} B"
+                 + (f"; bad ({v['reason']}), {v['bad_streak']} in a row" if v.get("bad") else
+                    ("; accurate" if v.get("accurate") else ""))
                  + (f"; {v['action']}" if v.get("action") else ""))
         if unsaved:
             self._save_feedback_state()
