@@ -82,3 +82,113 @@ def test_learn_auto_relearns_only_after_consecutive_bad_verdicts(db):
         assert not stale(conn, sid)
     _, v = feedback.judge(conn, event(sid), bad, cfg)
     assert v["action"] == "relearn" and stale(conn, sid)
+
+
+def cold_recordings(conn, times):
+    app = conn.execute("SELECT id FROM apps WHERE name = 'mail'").fetchone()[0]
+    for t in times:
+        conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method,"
+                     " status) VALUES (?, 0, ?, 'exit', 'tracefs', 'drop_caches', 'ok')", (app, t))
+
+
+def timed(seconds, inside=19 * MIB, missed=MIB):
+    """A launch with a good hit ratio that took `seconds` from exec (105.0) to exit."""
+    s = stats(inside, missed)
+    s["exit"]["t_measured"] = 105.0 + seconds
+    return s
+
+
+def test_a_launch_without_an_exact_time_is_stored_as_not_timed_and_shown_so(db, tmp_path, monkeypatch):
+    """The app still ran when the replayer stopped waiting, or no report: no time (NULL) and the
+    reason, never -1; `hook status` counts it as not timed and its median is the timed ones'."""
+    from click.testing import CliRunner
+    from warmstart.cli import cli
+    conn, sid = db
+    cold_recordings(conn, [2.0])
+    _, v1 = feedback.judge(conn, event(sid), timed(0.5), HookConfig())
+    _, v2 = feedback.judge(conn, event(sid), stats(19 * MIB, MIB, exited=False), HookConfig())
+    _, v3 = feedback.judge(conn, event(sid), None, HookConfig())
+    _, v4 = feedback.judge(conn, event(sid), timed(0.7), HookConfig())
+    rows = list_launches(conn, mode="hook")
+    assert [r["launch_time_s"] for r in rows] == [pytest.approx(0.5), None, None, pytest.approx(0.7)]
+    assert "still running" in rows[1]["details"]["not_timed"] and "no report" in rows[2]["details"]["not_timed"]
+    assert v2["not_timed"] and v2["slow"] is None and v1["accurate"] and v4["accurate"]
+    assert all(r["used_bytes"] is None and r["prefetched_used_bytes"] is None for r in rows)  # not measured
+    monkeypatch.setenv("WARMSTART_HOOK_ROOT", str(tmp_path / "hookroot"))
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status"])
+    assert r.exit_code == 0, r.output
+    assert "hooked: mail: 4 launch(es), median 0.600 s, cold 2.000 s; 2 not timed (" in r.output, r.output
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status", "--json"])
+    [a] = __import__("json").loads(r.output)["hooked"]
+    assert (a["timed"], a["not_timed"], a["median_s"]) == (2, 2, pytest.approx(0.6)), a
+
+
+def _index_apps(conn, tmp_path, cfg):
+    import os
+    import sys
+    from warmstart.hook.entries import build_index
+    from warmstart.hook.layout import HookPaths
+    exe = os.path.realpath(sys.executable)
+    st = os.stat(exe)
+    conn.execute("UPDATE apps SET executable = ?, exe_dev = ?, exe_ino = ?, exe_size = ?, exe_mtime_ns = ?",
+                 (exe.encode(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    r = tmp_path / "hookroot"
+    index, skipped = build_index(conn, HookPaths(r, r / "var/lib/warmstart", r / "run/warmstart", r / "etc"), cfg)
+    return {e.name for e in index.entries}, {s.app: s.reason for s in skipped}
+
+
+def test_launches_not_faster_than_cold_leave_the_index_with_learn_off(db, tmp_path):
+    """Three launches in a row not clearly faster than cold (2.0 +- 0.1 s): every one bad, never
+    "accurate" whatever its hit ratio, and the app is taken off the prefetch path with learn =
+    off too (schedule stale: the next index leaves it out), shown degraded with the reason."""
+    conn, sid = db
+    cfg = HookConfig(learn="off")
+    cold_recordings(conn, [1.9, 2.0, 2.1])
+    assert "mail" in _index_apps(conn, tmp_path, cfg)[0]
+    _, v = feedback.judge(conn, event(sid), timed(0.6), cfg)
+    assert v["slow"] is False and v["accurate"] and not v["bad"]
+    for i, t in enumerate((2.3, 1.95, 2.05)):
+        assert not stale(conn, sid)
+        _, v = feedback.judge(conn, event(sid), timed(t), cfg)
+        assert v["slow"] and v["bad"] and not v["accurate"] and v["hit_ratio"] == pytest.approx(0.95), v
+        assert "not clearly faster than cold" in v["reason"] and v["slow_streak"] == i + 1
+    assert v["action"] == "stopped" and stale(conn, sid)
+    apps, skipped = _index_apps(conn, tmp_path, cfg)
+    assert "mail" not in apps and "stale" in skipped["mail"]
+    why = feedback.degraded(conn, cfg)["mail"]
+    assert "3 launches in a row not clearly faster than cold" in why and "no longer prefetched" in why, why
+
+
+def test_launches_not_faster_than_cold_are_relearned_with_learn_auto(db):
+    conn, sid = db
+    cfg = HookConfig(learn="auto")
+    cold_recordings(conn, [2.0])
+    for t in (2.1, 2.0, 1.95):    # within 5 % of the single cold launch: not clearly faster
+        _, v = feedback.judge(conn, event(sid), timed(t), cfg)
+    assert v["action"] == "relearn" and stale(conn, sid)
+    assert "re-learned" in feedback.degraded(conn, cfg)["mail"]
+
+
+def test_launches_far_above_t_exp_are_bad_but_kept_with_learn_off(db):
+    """t_exp 0.5 s, cold 2.0 s: a 1.4 s launch is faster than cold but kept less than half the
+    predicted gain: bad (degraded after three, still prefetched with learn = off); 0.9 s is fine."""
+    conn, sid = db
+    cfg = HookConfig(learn="off")
+    cold_recordings(conn, [2.0, 2.0])
+    _, v = feedback.judge(conn, event(sid), timed(0.9), cfg)
+    assert not v["bad"] and v["over_t_exp"] is False
+    for _ in range(3):
+        _, v = feedback.judge(conn, event(sid), timed(1.4), cfg)
+        assert v["bad"] and v["over_t_exp"] and not v["slow"] and "far above t_exp" in v["reason"]
+    assert v["action"] == "degraded" and not stale(conn, sid)
+    assert "still prefetched" in feedback.degraded(conn, cfg)["mail"]
+
+
+def test_a_warm_launch_is_not_timed_against_cold(db):
+    """Over half the schedule cached before the replay: its time says nothing about the schedule."""
+    conn, sid = db
+    cold_recordings(conn, [2.0])
+    s = timed(2.5)
+    s["bytes_resident"] = 18 * MIB
+    _, v = feedback.judge(conn, event(sid), s, HookConfig(stale_after_bad=1))
+    assert v["slow"] is None and v["action"] is None and not stale(conn, sid)

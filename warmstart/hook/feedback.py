@@ -277,3 +277,20 @@ def degraded(conn, cfg) -> Dict[str, str]:
                     "learn = \"auto\" in the hook's config")
             out[name] = f"{streak} bad verdicts in a row, the last: {history[-1]['reason']}; {what}"
     return out
+
+
+def hooked_apps(conn) -> List[dict]:
+    """Per app with hooked launches: how many, how many have an exact time, their median, the
+    cold reference, and why the latest untimed one has none. What `hook status` shows."""
+    out = []
+    for app_id, name in launches.apps_with_hook_launches(conn):
+        rows = launches.list_launches(conn, app_id=app_id, mode="hook")
+        times = [r["launch_time_s"] for r in rows if r["launch_time_s"] is not None]
+        untimed = [r for r in rows if r["launch_time_s"] is None]
+        cold = cold_reference(conn, app_id)
+        out.append({"app": name, "launches": len(rows), "timed": len(times), "not_timed": len(untimed),
+                    "median_s": statistics.median(times) if times else None,
+                    "cold_s": cold["median_s"] if cold else None,
+                    "not_timed_reason": (untimed[-1]["details"].get("not_timed") or "no exact time")
+                    if untimed else None})
+    return out

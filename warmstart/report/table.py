@@ -100,6 +100,8 @@ def render(summaries, title=None) -> str:
          for s in summaries])
     out += [f"stale: {s['app']}: {s['schedule_stale_reason']}" for s in summaries if s.get("schedule_stale_reason")]
     out += [f"degraded: {s['app']}: {s['degraded']}" for s in summaries if s.get("degraded")]
+    out += [f"not timed: {s['app']}: {s['not_timed']} launch(es) without an exact time, left out of the "
+            f"times (the last: {s['not_timed_reason']})" for s in summaries if s.get("not_timed")]
     out.append("err = measured/t_exp - 1; acc = prefetched-and-used/used;")
     out.append("waste = prefetched-unused/prefetched; age/stale of the schedule used")
     out.append("")
