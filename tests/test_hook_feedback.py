@@ -192,3 +192,17 @@ def test_a_warm_launch_is_not_timed_against_cold(db):
     s["bytes_resident"] = 18 * MIB
     _, v = feedback.judge(conn, event(sid), s, HookConfig(stale_after_bad=1))
     assert v["slow"] is None and v["action"] is None and not stale(conn, sid)
+
+
+def test_plain_cold_launches_are_the_reference_before_recordings(db):
+    """A recording's time includes the tracing overhead: with a plain cold launch of the app (run
+    --cold, 2.0 s) a 2.1 s hooked launch is not faster than cold, though faster than the recordings."""
+    from warmstart.db.launches import insert_launch
+    conn, sid = db
+    cold_recordings(conn, [3.0, 3.1])
+    app = conn.execute("SELECT id FROM apps WHERE name = 'mail'").fetchone()[0]
+    _, v = feedback.judge(conn, event(sid), timed(2.1), HookConfig())
+    assert v["slow"] is False and v["cold"]["source"] == "cold recordings"
+    insert_launch(conn, app_id=app, mode="cold", launch_time_s=2.0, exit_status=0)
+    _, v = feedback.judge(conn, event(sid), timed(2.1), HookConfig())
+    assert v["slow"] and v["cold"]["source"] == "plain cold launches" and not v["accurate"], v
