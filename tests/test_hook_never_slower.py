@@ -10,7 +10,10 @@ within 3 launches, saying why in `hook status`.
 import sqlite3
 import time
 
-from test_hook_e2e import hookenv, record_and_analyze, wait_for_hook_rows  # noqa: F401 (fixture)
+import test_hook_e2e
+from test_hook_e2e import record_and_analyze, wait_for_hook_rows
+
+hookenv = test_hook_e2e.hookenv   # the fixture: its own hook tree and database, uninstalled after
 
 NAME = "hk-mail"
 
