@@ -206,3 +206,23 @@ def test_plain_cold_launches_are_the_reference_before_recordings(db):
     insert_launch(conn, app_id=app, mode="cold", launch_time_s=2.0, exit_status=0)
     _, v = feedback.judge(conn, event(sid), timed(2.1), HookConfig())
     assert v["slow"] and v["cold"]["source"] == "plain cold launches" and not v["accurate"], v
+
+
+def test_launches_that_ran_together_are_not_timed_against_cold(db):
+    """Hooked launches that overlapped (apps started at once share the disk) are slower than a
+    cold launch alone whatever the schedule: no time verdict for them, stored ones or ones the
+    learner has read and not judged yet."""
+    conn, sid = db
+    cfg = HookConfig(stale_after_bad=1)
+    cold_recordings(conn, [2.0])
+    first = dict(event(sid), t_exec=100.0)
+    s = timed(2.5)
+    s["exit"]["t_measured"] = 102.5
+    _, v = feedback.judge(conn, first, s, cfg, running=[101.0])     # another started meanwhile
+    assert v["slow"] is None and "1 other hooked launch" in v["time_reason"] and v["action"] is None
+    second = dict(event(sid), t_exec=101.0)
+    s["exit"]["t_measured"] = 103.5
+    _, v = feedback.judge(conn, second, s, cfg)                      # the first, stored, overlapped it
+    assert v["slow"] is None and v["action"] is None and not stale(conn, sid)
+    _, v = feedback.judge(conn, dict(event(sid), t_exec=104.0), timed(2.5), cfg)   # alone
+    assert v["slow"] and v["action"] == "stopped" and stale(conn, sid)

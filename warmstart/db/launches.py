@@ -56,6 +56,16 @@ def apps_with_hook_launches(conn: sqlite3.Connection) -> List[tuple]:
         " ORDER BY a.name")]
 
 
+def recent_hook_intervals(conn: sqlite3.Connection, limit: int = 200) -> List[tuple]:
+    """(exec, exit or None) of the latest stored hooked launches of any app, on the daemon's
+    CLOCK_MONOTONIC (exit None: not seen, the app outlived the replayer's wait)."""
+    rows = conn.execute(
+        "SELECT json_extract(details_json, '$.hook_event.t_exec'), json_extract(details_json, '$.replay.exit.exited'),"
+        " json_extract(details_json, '$.replay.exit.t_measured') FROM launches WHERE mode = 'hook'"
+        " ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+    return [(r[0], r[2] if r[1] else None) for r in rows if r[0] is not None]
+
+
 def latest_hook_schedule(conn: sqlite3.Connection, app_id: int) -> Optional[int]:
     """The schedule of the app's latest hooked launch."""
     row = conn.execute("SELECT schedule_id FROM launches WHERE app_id = ? AND mode = 'hook'"

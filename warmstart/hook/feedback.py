@@ -33,7 +33,7 @@ verdict: the launches row's used and prefetched-and-used columns stay empty for 
 
 import json
 import statistics
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..db import launches
 from ..db.recordings import cold_recordings, get_app_by_id
@@ -223,9 +223,21 @@ def _act(verdict: dict, history: List[dict], cfg) -> None:
         verdict["action"] = "relearn" if cfg.learn == "auto" else "degraded"
 
 
-def judge(conn, event: dict, stats: Optional[dict], cfg) -> Tuple[int, dict]:
+def overlapping(conn, event: dict, launch_s: float, running: Sequence[float] = ()) -> int:
+    """How many other hooked launches ran during this one (exec to exit): those stored, and those
+    the learner has read and not judged yet (`running`: their exec times; exit not known yet)."""
+    start, end = event["t_exec"], event["t_exec"] + launch_s
+    n = sum(1 for t in running if t != start and t < end)
+    for t0, t1 in launches.recent_hook_intervals(conn):
+        if t0 != start and t0 < end and (t1 is None or t1 > start):
+            n += 1
+    return n
+
+
+def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float] = ()) -> Tuple[int, dict]:
     """Store the launches row of one hooked launch; returns (launch id, verdict). Run it in a
-    transaction: the row and the stale mark of a verdict that acts go together."""
+    transaction: the row and the stale mark of a verdict that acts go together. running: the
+    exec times of the other hooked launches read and not judged yet (see overlapping)."""
     sid = event["schedule_id"]
     app_id = app_of_schedule(conn, sid)
     x, not_judged = measure(stats)
@@ -236,7 +248,12 @@ def judge(conn, event: dict, stats: Optional[dict], cfg) -> Tuple[int, dict]:
     if x is not None:
         verdict.update(_verdict(x, cfg.accuracy_threshold,
                                 [v["missed_bytes"] for v in history if v.get("missed_bytes") is not None]))
-    if launch_s is not None and not _warm(stats):
+    others = overlapping(conn, event, launch_s, running) if launch_s is not None else 0
+    if others:
+        # launched together with others, it shares the disk: no cold launch alone compares with it
+        verdict.update(slow=None, time_reason=f"{others} other hooked launch(es) ran at the same time: "
+                                               f"not compared with a cold launch alone")
+    elif launch_s is not None and not _warm(stats):
         cold = cold_reference(conn, app_id)
         verdict.update(time_verdict(launch_s, cold, schedule_t_exp(conn, sid)), cold=cold)
         if verdict["slow"] or verdict["over_t_exp"]:

@@ -325,7 +325,8 @@ class Learner:
         with self.db() as conn:
             with transaction(conn):
                 known = feedback.stored(conn, r)
-                lid, v = known if known else feedback.judge(conn, r, stats, self.cfg)
+                running = [w.get("t_exec") for w, _ in self.waiting if w is not r and w.get("t_exec")]
+                lid, v = known if known else feedback.judge(conn, r, stats, self.cfg, running)
             try:
                 users.record_launch(conn, self.paths, r, lid, once=known is not None)
             except OSError as e:
