@@ -226,3 +226,19 @@ def test_launches_that_ran_together_are_not_timed_against_cold(db):
     assert v["slow"] is None and v["action"] is None and not stale(conn, sid)
     _, v = feedback.judge(conn, dict(event(sid), t_exec=104.0), timed(2.5), cfg)   # alone
     assert v["slow"] and v["action"] == "stopped" and stale(conn, sid)
+
+
+def test_a_launch_whose_prefetch_was_lost_is_not_timed_against_cold_unless_the_check_cannot_see_it(db):
+    """A cache dropped during the launch (by someone else) makes it slow whatever the schedule: no
+    time verdict. A schedule of raw block-device ranges only is no file of the exit check's: its
+    pages missing there prove nothing, and its time is compared with cold."""
+    conn, sid = db
+    cfg = HookConfig(stale_after_bad=1)
+    cold_recordings(conn, [2.0])
+    dropped = timed(2.5, inside=2 * MIB)
+    _, v = feedback.judge(conn, event(sid), dropped, cfg)
+    assert not v["judged"] and v["slow"] is None and "lost" in v["time_reason"] and v["action"] is None
+    raw = timed(2.5, inside=0, missed=12 * MIB)
+    raw.update(ranges_total=40, device_ranges=40)
+    _, v = feedback.judge(conn, event(sid), raw, cfg)
+    assert v["slow"] and v["action"] == "stopped" and stale(conn, sid)

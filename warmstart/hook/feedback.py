@@ -50,19 +50,27 @@ def measure(stats: Optional[dict]) -> Tuple[Optional[dict], Optional[str]]:
         return None, "the replayer left no report (it was refused or killed)"
     if not x or not x.get("asked"):
         return None, "no measurement at the exit (replayer without --judge-at-exit)"
-    scheduled = stats.get("bytes_scheduled") or 0
-    resident_before = stats.get("bytes_resident") or 0
-    made_resident = (stats.get("bytes_fetched") or 0) + resident_before
-    inside = x.get("scheduled_resident_bytes") or 0
-    if scheduled and resident_before > scheduled / 2:
+    if _warm(stats):
         return None, "over half the schedule was cached before the replay (a warm launch)"
+    lost = cache_lost(stats, x)
+    return (None, lost) if lost else (x, None)
+
+
+def cache_lost(stats: dict, x: dict, raw_unseen: bool = False) -> Optional[str]:
+    """Why the prefetched pages were lost during the launch (memory pressure; the cache dropped),
+    or None. raw_unseen: a schedule of raw block-device ranges only is none of the exit check's
+    files, so its pages missing there proves nothing: only eviction counts then."""
+    scheduled = stats.get("bytes_scheduled") or 0
+    made_resident = (stats.get("bytes_fetched") or 0) + (stats.get("bytes_resident") or 0)
+    inside = x.get("scheduled_resident_bytes") or 0
     evicted_pages = x.get("recently_evicted_pages") or 0
     if evicted_pages * 4096 > max(MIB, scheduled // 100):
-        return None, f"{evicted_pages} pages of the schedule were evicted during the launch (memory pressure)"
-    if made_resident and inside < made_resident / 2:
-        return None, (f"only {inside // MIB} of the {made_resident // MIB} MiB the replay made resident "
-                      f"were still cached at the exit (the cache was dropped or evicted)")
-    return x, None
+        return f"{evicted_pages} pages of the schedule were evicted during the launch (memory pressure)"
+    all_raw = bool(stats.get("ranges_total")) and (stats.get("device_ranges") or 0) >= stats["ranges_total"]
+    if made_resident and inside < made_resident / 2 and not (raw_unseen and all_raw):
+        return (f"only {inside // MIB} of the {made_resident // MIB} MiB the replay made resident "
+                f"were still cached at the exit (the cache was dropped or evicted)")
+    return None
 
 
 def _verdict(x: dict, threshold: float, previous_missed: List[int]) -> dict:
@@ -253,6 +261,10 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
         # launched together with others, it shares the disk: no cold launch alone compares with it
         verdict.update(slow=None, time_reason=f"{others} other hooked launch(es) ran at the same time: "
                                                f"not compared with a cold launch alone")
+    elif launch_s is not None and not _warm(stats) and cache_lost(stats, stats["exit"], raw_unseen=True):
+        # the prefetched pages were lost during the launch (a cache drop, a memory hog): its
+        # time says nothing about the schedule
+        verdict.update(slow=None, time_reason="prefetched pages lost during the launch: not compared with cold")
     elif launch_s is not None and not _warm(stats):
         cold = cold_reference(conn, app_id)
         verdict.update(time_verdict(launch_s, cold, schedule_t_exp(conn, sid)), cold=cold)
