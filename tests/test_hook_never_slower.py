@@ -39,14 +39,18 @@ def _useless(db, name) -> int:
 def test_a_schedule_that_cannot_help_leaves_the_prefetch_path_within_three_launches(hookenv, capsys):
     h = hookenv
     record_and_analyze(h, NAME)
-    h.disk.drop_caches()
-    cold = h.wsj("run", "--cold", "--name", NAME, "--", *h.argv(NAME))["launch_time_s"]  # unhooked, cold
     sid = _useless(h.db, NAME)
-    inst = h.wsj("hook", "install")   # learn = "off": the default
-    assert NAME in [e["app"] for e in inst["entries"]], inst
-    hooked, times = [], []
+    colds, hooked, times = [], [], []
     for i in range(3):
-        assert NAME in h.wsj("hook", "status")["index"]["apps"], f"launch {i + 1}: left the index early"
+        # the app's last unhooked launches, interleaved with the hooked ones (the daemon stopped:
+        # it would hook them too), are its cold reference; the machine is shared, its load varies
+        if i:
+            h.daemon(False)
+        h.disk.drop_caches()
+        colds.append(h.wsj("run", "--cold", "--name", NAME, "--", *h.argv(NAME))["launch_time_s"])
+        inst = h.wsj("hook", "install")   # learn = "off": the default
+        if NAME not in [e["app"] for e in inst["entries"]]:
+            break
         n = len(h.events())
         h.disk.drop_caches()
         t, p = h.plain(NAME)
@@ -54,13 +58,11 @@ def test_a_schedule_that_cannot_help_leaves_the_prefetch_path_within_three_launc
         times.append(t)
         hooked += [e for e in h.events()[n:] if e.get("event") == "launch"]
         wait_for_hook_rows(h, i + 1, timeout=120)
-        if NAME not in _index_apps(h):
-            break
     rows = wait_for_hook_rows(h, len(times))
     verdicts = [r["details"]["feedback"] for r in rows]
     with capsys.disabled():
-        print(f"\nuseless schedule {sid}: cold (run --cold) {cold:.3f} s; hooked launches {['%.3f' % t for t in times]} "
-              f"(exec to exit {[r['launch_time_s'] for r in rows]}), outcomes {[e['outcome'] for e in hooked]}; "
+        print(f"\nuseless schedule {sid}: cold (run --cold) {['%.3f' % t for t in colds]} s; "
+              f"hooked launches {['%.3f' % t for t in times]} (exec to exit {[r['launch_time_s'] for r in rows]}), outcomes {[e['outcome'] for e in hooked]}; "
               f"verdicts {[(v.get('slow'), v.get('action'), v.get('reason')) for v in verdicts]}")
     # it was prefetched: every launch so far went through the replayer
     assert len(hooked) == len(times) and all(e["outcome"] in ("ready", "deadline") for e in hooked), hooked
