@@ -57,13 +57,13 @@ def apps_with_hook_launches(conn: sqlite3.Connection) -> List[tuple]:
 
 
 def recent_hook_intervals(conn: sqlite3.Connection, limit: int = 200) -> List[tuple]:
-    """(exec, exit or None) of the latest stored hooked launches of any app, on the daemon's
-    CLOCK_MONOTONIC (exit None: not seen, the app outlived the replayer's wait)."""
+    """(exec, end) of the latest stored hooked launches of any app, on the daemon's
+    CLOCK_MONOTONIC: end is the exit, or when the replayer stopped waiting for it (an app
+    running longer is past its launch by then); launches without either are left out."""
     rows = conn.execute(
-        "SELECT json_extract(details_json, '$.hook_event.t_exec'), json_extract(details_json, '$.replay.exit.exited'),"
-        " json_extract(details_json, '$.replay.exit.t_measured') FROM launches WHERE mode = 'hook'"
-        " ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-    return [(r[0], r[2] if r[1] else None) for r in rows if r[0] is not None]
+        "SELECT json_extract(details_json, '$.hook_event.t_exec'), json_extract(details_json, '$.replay.exit.t_measured')"
+        " FROM launches WHERE mode = 'hook' ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+    return [(r[0], r[1]) for r in rows if r[0] is not None and r[1] is not None]
 
 
 def latest_hook_schedule(conn: sqlite3.Connection, app_id: int) -> Optional[int]:

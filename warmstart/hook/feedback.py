@@ -237,7 +237,7 @@ def overlapping(conn, event: dict, launch_s: float, running: Sequence[float] = (
     start, end = event["t_exec"], event["t_exec"] + launch_s
     n = sum(1 for t in running if t != start and t < end)
     for t0, t1 in launches.recent_hook_intervals(conn):
-        if t0 != start and t0 < end and (t1 is None or t1 > start):
+        if t0 != start and t0 < end and t1 > start:
             n += 1
     return n
 

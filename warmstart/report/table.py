@@ -104,6 +104,8 @@ def render(summaries, title=None) -> str:
             f"times (the last: {s['not_timed_reason']})" for s in summaries if s.get("not_timed")]
     out.append("err = measured/t_exp - 1; acc = prefetched-and-used/used;")
     out.append("waste = prefetched-unused/prefetched; age/stale of the schedule used")
+    if any(s["prefetch_method"] == "hook" for s in summaries):
+        out.append("hook: acc and waste not measured (residency at the exit; docs/hook.md)")
     out.append("")
 
     present = [m for m in METHOD_ORDER if any(m in s["methods"] for s in summaries)]
