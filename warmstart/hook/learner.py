@@ -333,10 +333,20 @@ class Learner:
                 _log(f"the view of user {r.get('uid')} not updated: {e}")
         return lid, v, known is not None
 
+    def _longest_hold_s(self) -> float:
+        """The longest hold of the index's entries (the config's cap if it cannot be read), s."""
+        from .index import read_index
+        try:
+            holds = [e.hold_ms for e in read_index(os.fsencode(self.paths.index)).entries]
+        except (OSError, WarmstartError):
+            holds = [self.cfg.max_hold_ms]
+        return max(holds, default=0) / 1000.0 + 0.25
+
     def judge_finished(self):
         if self.offset is None:
             self._load_feedback_state()
         changed, unsaved = 0, False
+        hold_s = self._longest_hold_s() if self.waiting else 0.0
         for item in list(self.waiting):
             r, seen = item
             # the replayer writes its report once the app has exited (or after waiting
@@ -359,6 +369,10 @@ class Learner:
             except (OSError, ValueError):
                 stats = None
             if stats is None and not stored_before and time.time() - seen < REPLAYER_JUDGE_WAIT_S + 60:
+                continue
+            if stats is not None and time.monotonic() < ((stats.get("exit") or {}).get("t_measured") or 0) + hold_s:
+                # a launch that started before this one's exit is logged at its release, up to its
+                # hold later: judged once those are read (feedback.overlapping)
                 continue
             try:
                 lid, v, again = self._judge_one(r, stats)
