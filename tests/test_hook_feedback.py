@@ -242,3 +242,31 @@ def test_a_launch_whose_prefetch_was_lost_is_not_timed_against_cold_unless_the_c
     raw.update(ranges_total=40, device_ranges=40)
     _, v = feedback.judge(conn, event(sid), raw, cfg)
     assert v["slow"] and v["action"] == "stopped" and stale(conn, sid)
+
+
+def test_the_learner_judges_a_launch_once_the_launches_started_before_its_exit_are_logged(db, tmp_path):
+    """The daemon logs a hooked launch at its release, up to its hold after its exec: a launch
+    that started while this one ran may not be in the log yet when this one's report is done.
+    The learner waits the index's longest hold (here: no index, the config's cap of 1 s) past
+    the exit before judging, so feedback.overlapping sees it."""
+    import json
+    import time
+    from warmstart.hook.layout import HookPaths
+    from warmstart.hook.learner import Learner
+    conn, sid = db
+    r = tmp_path / "hookroot"
+    paths = HookPaths(r, r / "var/lib/warmstart", r / "run/warmstart", r / "etc")
+    paths.state.mkdir(parents=True)
+    now = time.monotonic()
+    s = stats(19 * MIB, MIB)
+    s["exit"]["t_measured"] = now
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(s))
+    learner = Learner(str(tmp_path / "w.db"), paths, HookConfig(max_hold_ms=1000))
+    learner.offset = 0
+    learner.waiting = [(dict(event(sid), t_exec=now - 0.5, stats=str(report)), time.time())]
+    learner.judge_finished()
+    assert list_launches(conn, mode="hook") == [] and learner.waiting      # not yet: within the hold
+    time.sleep(1.3)
+    learner.judge_finished()
+    assert len(list_launches(conn, mode="hook")) == 1 and not learner.waiting
