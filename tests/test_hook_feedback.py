@@ -1,6 +1,9 @@
 """The hook's accuracy feedback (warmstart/hook/feedback.py) on a real SQLite file: what is
 judged, what is not, and what consecutive bad verdicts do with learn = off and auto."""
 
+import copy
+import itertools
+
 import pytest
 
 from warmstart.db import open_db
@@ -31,13 +34,26 @@ def event(sid):
     return {"event": "launch", "schedule_id": sid, "pid": 1, "t_exec": 105.0, "outcome": "ready"}
 
 
+_clock = itertools.count(1000.0, 100.0)
+
+
+def judge(conn, sid, s, cfg):
+    """feedback.judge of a launch of its own: an exec time apart from the others' (launches that
+    overlap are not timed against cold), its report's exit moved with it."""
+    t = next(_clock)
+    if s and (s.get("exit") or {}).get("t_measured") is not None:
+        s = copy.deepcopy(s)
+        s["exit"]["t_measured"] += t - 105.0
+    return feedback.judge(conn, dict(event(sid), t_exec=t), s, cfg)
+
+
 def stale(conn, sid):
     return conn.execute("SELECT stale FROM schedules WHERE id = ?", (sid,)).fetchone()[0] == 1
 
 
 def test_a_good_launch_is_judged_with_its_exact_time(db):
     conn, sid = db
-    lid, v = feedback.judge(conn, event(sid), stats(19 * MIB, 1 * MIB), HookConfig())
+    lid, v = judge(conn, sid, stats(19 * MIB, 1 * MIB), HookConfig())
     assert v["judged"] and not v["bad"] and v["hit_ratio"] == pytest.approx(0.95)
     row = list_launches(conn, mode="hook")[0]
     assert row["launch_time_s"] == pytest.approx(0.5)  # exit (replayer's pidfd) - exec (daemon)
@@ -54,7 +70,7 @@ def test_a_good_launch_is_judged_with_its_exact_time(db):
 def test_launches_whose_cache_was_lost_are_not_judged(db, s, why):
     conn, sid = db
     cfg = HookConfig(stale_after_bad=1)
-    _, v = feedback.judge(conn, event(sid), s, cfg)
+    _, v = judge(conn, sid, s, cfg)
     assert not v["judged"] and why in v["not_judged"] and v["action"] is None
     assert not stale(conn, sid)
 
@@ -64,12 +80,12 @@ def test_learn_off_keeps_prefetching_and_shows_degraded_after_three_bad(db):
     cfg = HookConfig(learn="off")
     for i in range(3):
         assert not feedback.degraded(conn, cfg)
-        _, v = feedback.judge(conn, event(sid), stats(8 * MIB, 12 * MIB, fetched=10 * MIB), cfg)
+        _, v = judge(conn, sid, stats(8 * MIB, 12 * MIB, fetched=10 * MIB), cfg)
         assert v["bad"] and v["bad_streak"] == i + 1
-        feedback.judge(conn, event(sid), stats(0, 0), cfg)  # not judged: neither resets nor counts
+        judge(conn, sid, stats(0, 0), cfg)  # not judged: neither resets nor counts
     assert v["action"] == "degraded" and not stale(conn, sid)
     assert "hit ratio 40%" in feedback.degraded(conn, cfg)["mail"]
-    _, v = feedback.judge(conn, event(sid), stats(19 * MIB, MIB), cfg)  # a good one ends it
+    _, v = judge(conn, sid, stats(19 * MIB, MIB), cfg)  # a good one ends it
     assert not v["bad"] and feedback.degraded(conn, cfg) == {}
 
 
@@ -78,9 +94,9 @@ def test_learn_auto_relearns_only_after_consecutive_bad_verdicts(db):
     cfg = HookConfig(learn="auto")
     bad = stats(8 * MIB, 12 * MIB, fetched=10 * MIB)
     for s in (bad, bad, stats(19 * MIB, MIB), bad, bad):
-        feedback.judge(conn, event(sid), s, cfg)
+        judge(conn, sid, s, cfg)
         assert not stale(conn, sid)
-    _, v = feedback.judge(conn, event(sid), bad, cfg)
+    _, v = judge(conn, sid, bad, cfg)
     assert v["action"] == "relearn" and stale(conn, sid)
 
 
@@ -105,10 +121,10 @@ def test_a_launch_without_an_exact_time_is_stored_as_not_timed_and_shown_so(db, 
     from warmstart.cli import cli
     conn, sid = db
     cold_recordings(conn, [2.0])
-    _, v1 = feedback.judge(conn, event(sid), timed(0.5), HookConfig())
-    _, v2 = feedback.judge(conn, event(sid), stats(19 * MIB, MIB, exited=False), HookConfig())
-    _, v3 = feedback.judge(conn, event(sid), None, HookConfig())
-    _, v4 = feedback.judge(conn, event(sid), timed(0.7), HookConfig())
+    _, v1 = judge(conn, sid, timed(0.5), HookConfig())
+    _, v2 = judge(conn, sid, stats(19 * MIB, MIB, exited=False), HookConfig())
+    _, v3 = judge(conn, sid, None, HookConfig())
+    _, v4 = judge(conn, sid, timed(0.7), HookConfig())
     rows = list_launches(conn, mode="hook")
     assert [r["launch_time_s"] for r in rows] == [pytest.approx(0.5), None, None, pytest.approx(0.7)]
     assert "still running" in rows[1]["details"]["not_timed"] and "no report" in rows[2]["details"]["not_timed"]
@@ -145,11 +161,11 @@ def test_launches_not_faster_than_cold_leave_the_index_with_learn_off(db, tmp_pa
     cfg = HookConfig(learn="off")
     cold_recordings(conn, [1.9, 2.0, 2.1])
     assert "mail" in _index_apps(conn, tmp_path, cfg)[0]
-    _, v = feedback.judge(conn, event(sid), timed(0.6), cfg)
+    _, v = judge(conn, sid, timed(0.6), cfg)
     assert v["slow"] is False and v["accurate"] and not v["bad"]
     for i, t in enumerate((2.3, 1.95, 2.05)):
         assert not stale(conn, sid)
-        _, v = feedback.judge(conn, event(sid), timed(t), cfg)
+        _, v = judge(conn, sid, timed(t), cfg)
         assert v["slow"] and v["bad"] and not v["accurate"] and v["hit_ratio"] == pytest.approx(0.95), v
         assert "not clearly faster than cold" in v["reason"] and v["slow_streak"] == i + 1
     assert v["action"] == "stopped" and stale(conn, sid)
@@ -164,7 +180,7 @@ def test_launches_not_faster_than_cold_are_relearned_with_learn_auto(db):
     cfg = HookConfig(learn="auto")
     cold_recordings(conn, [2.0])
     for t in (2.1, 2.0, 1.95):    # within 5 % of the single cold launch: not clearly faster
-        _, v = feedback.judge(conn, event(sid), timed(t), cfg)
+        _, v = judge(conn, sid, timed(t), cfg)
     assert v["action"] == "relearn" and stale(conn, sid)
     assert "re-learned" in feedback.degraded(conn, cfg)["mail"]
 
@@ -175,10 +191,10 @@ def test_launches_far_above_t_exp_are_bad_but_kept_with_learn_off(db):
     conn, sid = db
     cfg = HookConfig(learn="off")
     cold_recordings(conn, [2.0, 2.0])
-    _, v = feedback.judge(conn, event(sid), timed(0.9), cfg)
+    _, v = judge(conn, sid, timed(0.9), cfg)
     assert not v["bad"] and v["over_t_exp"] is False
     for _ in range(3):
-        _, v = feedback.judge(conn, event(sid), timed(1.4), cfg)
+        _, v = judge(conn, sid, timed(1.4), cfg)
         assert v["bad"] and v["over_t_exp"] and not v["slow"] and "far above t_exp" in v["reason"]
     assert v["action"] == "degraded" and not stale(conn, sid)
     assert "still prefetched" in feedback.degraded(conn, cfg)["mail"]
@@ -190,7 +206,7 @@ def test_a_warm_launch_is_not_timed_against_cold(db):
     cold_recordings(conn, [2.0])
     s = timed(2.5)
     s["bytes_resident"] = 18 * MIB
-    _, v = feedback.judge(conn, event(sid), s, HookConfig(stale_after_bad=1))
+    _, v = judge(conn, sid, s, HookConfig(stale_after_bad=1))
     assert v["slow"] is None and v["action"] is None and not stale(conn, sid)
 
 
@@ -201,10 +217,10 @@ def test_plain_cold_launches_are_the_reference_before_recordings(db):
     conn, sid = db
     cold_recordings(conn, [3.0, 3.1])
     app = conn.execute("SELECT id FROM apps WHERE name = 'mail'").fetchone()[0]
-    _, v = feedback.judge(conn, event(sid), timed(2.1), HookConfig())
+    _, v = judge(conn, sid, timed(2.1), HookConfig())
     assert v["slow"] is False and v["cold"]["source"] == "cold recordings"
     insert_launch(conn, app_id=app, mode="cold", launch_time_s=2.0, exit_status=0)
-    _, v = feedback.judge(conn, event(sid), timed(2.1), HookConfig())
+    _, v = judge(conn, sid, timed(2.1), HookConfig())
     assert v["slow"] and v["cold"]["source"] == "plain cold launches" and not v["accurate"], v
 
 
@@ -226,6 +242,9 @@ def test_launches_that_ran_together_are_not_timed_against_cold(db):
     assert v["slow"] is None and v["action"] is None and not stale(conn, sid)
     _, v = feedback.judge(conn, dict(event(sid), t_exec=104.0), timed(2.5), cfg)   # alone
     assert v["slow"] and v["action"] == "stopped" and stale(conn, sid)
+    # execs the daemon read in one batch carry the same time: they ran together
+    _, v = feedback.judge(conn, dict(event(sid), t_exec=104.0), timed(2.5), cfg)
+    assert v["slow"] is None and "1 other hooked launch" in v["time_reason"]
 
 
 def test_a_launch_whose_prefetch_was_lost_is_not_timed_against_cold_unless_the_check_cannot_see_it(db):
@@ -236,11 +255,11 @@ def test_a_launch_whose_prefetch_was_lost_is_not_timed_against_cold_unless_the_c
     cfg = HookConfig(stale_after_bad=1)
     cold_recordings(conn, [2.0])
     dropped = timed(2.5, inside=2 * MIB)
-    _, v = feedback.judge(conn, event(sid), dropped, cfg)
+    _, v = judge(conn, sid, dropped, cfg)
     assert not v["judged"] and v["slow"] is None and "lost" in v["time_reason"] and v["action"] is None
     raw = timed(2.5, inside=0, missed=12 * MIB)
     raw.update(ranges_total=40, device_ranges=40)
-    _, v = feedback.judge(conn, event(sid), raw, cfg)
+    _, v = judge(conn, sid, raw, cfg)
     assert v["slow"] and v["action"] == "stopped" and stale(conn, sid)
 
 

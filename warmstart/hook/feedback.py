@@ -232,12 +232,13 @@ def _act(verdict: dict, history: List[dict], cfg) -> None:
 
 
 def overlapping(conn, event: dict, launch_s: float, running: Sequence[float] = ()) -> int:
-    """How many other hooked launches ran during this one (exec to exit): those stored, and those
-    the learner has read and not judged yet (`running`: their exec times; exit not known yet)."""
+    """How many other hooked launches ran during this one (exec to exit): those stored (this one
+    is not yet), and those the learner has read and not judged yet (`running`: their exec times;
+    exit not known yet). Execs the daemon read together carry the same time: they overlap."""
     start, end = event["t_exec"], event["t_exec"] + launch_s
-    n = sum(1 for t in running if t != start and t < end)
+    n = sum(1 for t in running if t < end)
     for t0, t1 in launches.recent_hook_intervals(conn):
-        if t0 != start and t0 < end and t1 > start:
+        if t0 < end and t1 > start:
             n += 1
     return n
 
