@@ -92,7 +92,7 @@ def view(paths: HookPaths, uid: Optional[int] = None) -> dict:
         pass
     for app in sorted({r.get("app") for r in rows if isinstance(r.get("app"), str)}):
         mine = [r for r in rows if r.get("app") == app]
-        timed = [r["launch_s"] for r in mine if timed_s(r) is not None]
+        timed = [t for t in map(timed_s, mine) if t is not None]
         med = statistics.median(timed) if timed else None
         cold = mine[-1].get("cold_s")
         out["apps"].append({"app": app, "launches": len(mine), "timed": len(timed),
