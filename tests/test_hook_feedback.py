@@ -1,6 +1,9 @@
 """The hook's accuracy feedback (warmstart/hook/feedback.py) on a real SQLite file: what is
 judged, what is not, and what consecutive bad verdicts do with learn = off and auto."""
 
+import copy
+import itertools
+
 import pytest
 
 from warmstart.db import open_db
@@ -31,13 +34,26 @@ def event(sid):
     return {"event": "launch", "schedule_id": sid, "pid": 1, "t_exec": 105.0, "outcome": "ready"}
 
 
+_clock = itertools.count(1000.0, 100.0)
+
+
+def judge(conn, sid, s, cfg):
+    """feedback.judge of a launch of its own: an exec time apart from the others' (launches that
+    overlap are not timed against cold), its report's exit moved with it."""
+    t = next(_clock)
+    if s and (s.get("exit") or {}).get("t_measured") is not None:
+        s = copy.deepcopy(s)
+        s["exit"]["t_measured"] += t - 105.0
+    return feedback.judge(conn, dict(event(sid), t_exec=t), s, cfg)
+
+
 def stale(conn, sid):
     return conn.execute("SELECT stale FROM schedules WHERE id = ?", (sid,)).fetchone()[0] == 1
 
 
 def test_a_good_launch_is_judged_with_its_exact_time(db):
     conn, sid = db
-    lid, v = feedback.judge(conn, event(sid), stats(19 * MIB, 1 * MIB), HookConfig())
+    lid, v = judge(conn, sid, stats(19 * MIB, 1 * MIB), HookConfig())
     assert v["judged"] and not v["bad"] and v["hit_ratio"] == pytest.approx(0.95)
     row = list_launches(conn, mode="hook")[0]
     assert row["launch_time_s"] == pytest.approx(0.5)  # exit (replayer's pidfd) - exec (daemon)
@@ -54,7 +70,7 @@ def test_a_good_launch_is_judged_with_its_exact_time(db):
 def test_launches_whose_cache_was_lost_are_not_judged(db, s, why):
     conn, sid = db
     cfg = HookConfig(stale_after_bad=1)
-    _, v = feedback.judge(conn, event(sid), s, cfg)
+    _, v = judge(conn, sid, s, cfg)
     assert not v["judged"] and why in v["not_judged"] and v["action"] is None
     assert not stale(conn, sid)
 
@@ -64,12 +80,12 @@ def test_learn_off_keeps_prefetching_and_shows_degraded_after_three_bad(db):
     cfg = HookConfig(learn="off")
     for i in range(3):
         assert not feedback.degraded(conn, cfg)
-        _, v = feedback.judge(conn, event(sid), stats(8 * MIB, 12 * MIB, fetched=10 * MIB), cfg)
+        _, v = judge(conn, sid, stats(8 * MIB, 12 * MIB, fetched=10 * MIB), cfg)
         assert v["bad"] and v["bad_streak"] == i + 1
-        feedback.judge(conn, event(sid), stats(0, 0), cfg)  # not judged: neither resets nor counts
+        judge(conn, sid, stats(0, 0), cfg)  # not judged: neither resets nor counts
     assert v["action"] == "degraded" and not stale(conn, sid)
     assert "hit ratio 40%" in feedback.degraded(conn, cfg)["mail"]
-    _, v = feedback.judge(conn, event(sid), stats(19 * MIB, MIB), cfg)  # a good one ends it
+    _, v = judge(conn, sid, stats(19 * MIB, MIB), cfg)  # a good one ends it
     assert not v["bad"] and feedback.degraded(conn, cfg) == {}
 
 
@@ -78,9 +94,9 @@ def test_learn_auto_relearns_only_after_consecutive_bad_verdicts(db):
     cfg = HookConfig(learn="auto")
     bad = stats(8 * MIB, 12 * MIB, fetched=10 * MIB)
     for s in (bad, bad, stats(19 * MIB, MIB), bad, bad):
-        feedback.judge(conn, event(sid), s, cfg)
+        judge(conn, sid, s, cfg)
         assert not stale(conn, sid)
-    _, v = feedback.judge(conn, event(sid), bad, cfg)
+    _, v = judge(conn, sid, bad, cfg)
     assert v["action"] == "relearn" and stale(conn, sid)
 
 
@@ -99,3 +115,194 @@ def test_misses_that_grew_past_the_recent_median_are_a_bad_verdict(db, missed, g
     assert v["bad"] is grew, v
     if grew:
         assert v["reason"] == f"misses grew to {missed} B (median before {MIB // 4} B)" and v["bad_streak"] == 1
+
+
+def cold_recordings(conn, times):
+    app = conn.execute("SELECT id FROM apps WHERE name = 'mail'").fetchone()[0]
+    for t in times:
+        conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method,"
+                     " status) VALUES (?, 0, ?, 'exit', 'tracefs', 'drop_caches', 'ok')", (app, t))
+
+
+def timed(seconds, inside=19 * MIB, missed=MIB):
+    """A launch with a good hit ratio that took `seconds` from exec (105.0) to exit."""
+    s = stats(inside, missed)
+    s["exit"]["t_measured"] = 105.0 + seconds
+    return s
+
+
+def test_a_launch_without_an_exact_time_is_stored_as_not_timed_and_shown_so(db, tmp_path, monkeypatch):
+    """The app still ran when the replayer stopped waiting, or no report: no time (NULL) and the
+    reason, never -1; `hook status` counts it as not timed and its median is the timed ones'."""
+    from click.testing import CliRunner
+    from warmstart.cli import cli
+    conn, sid = db
+    cold_recordings(conn, [2.0])
+    _, v1 = judge(conn, sid, timed(0.5), HookConfig())
+    _, v2 = judge(conn, sid, stats(19 * MIB, MIB, exited=False), HookConfig())
+    _, v3 = judge(conn, sid, None, HookConfig())
+    _, v4 = judge(conn, sid, timed(0.7), HookConfig())
+    rows = list_launches(conn, mode="hook")
+    assert [r["launch_time_s"] for r in rows] == [pytest.approx(0.5), None, None, pytest.approx(0.7)]
+    assert "still running" in rows[1]["details"]["not_timed"] and "no report" in rows[2]["details"]["not_timed"]
+    assert v2["not_timed"] and v2["slow"] is None and v1["accurate"] and v4["accurate"]
+    assert all(r["used_bytes"] is None and r["prefetched_used_bytes"] is None for r in rows)  # not measured
+    monkeypatch.setenv("WARMSTART_HOOK_ROOT", str(tmp_path / "hookroot"))
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status"])
+    assert r.exit_code == 0, r.output
+    assert "hooked: mail: 4 launch(es), median 0.600 s, cold 2.000 s; 2 not timed (" in r.output, r.output
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status", "--json"])
+    [a] = __import__("json").loads(r.output)["hooked"]
+    assert (a["timed"], a["not_timed"], a["median_s"]) == (2, 2, pytest.approx(0.6)), a
+
+
+def _index_apps(conn, tmp_path, cfg):
+    import os
+    import sys
+    from warmstart.hook.entries import build_index
+    from warmstart.hook.layout import HookPaths
+    exe = os.path.realpath(sys.executable)
+    st = os.stat(exe)
+    conn.execute("UPDATE apps SET executable = ?, exe_dev = ?, exe_ino = ?, exe_size = ?, exe_mtime_ns = ?",
+                 (exe.encode(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    r = tmp_path / "hookroot"
+    index, skipped = build_index(conn, HookPaths(r, r / "var/lib/warmstart", r / "run/warmstart", r / "etc"), cfg)
+    return {e.name for e in index.entries}, {s.app: s.reason for s in skipped}
+
+
+def test_launches_not_faster_than_cold_leave_the_index_with_learn_off(db, tmp_path):
+    """Three launches in a row not clearly faster than cold (2.0 +- 0.1 s): every one bad, never
+    "accurate" whatever its hit ratio, and the app is taken off the prefetch path with learn =
+    off too (schedule stale: the next index leaves it out), shown degraded with the reason."""
+    conn, sid = db
+    cfg = HookConfig(learn="off")
+    cold_recordings(conn, [1.9, 2.0, 2.1])
+    assert "mail" in _index_apps(conn, tmp_path, cfg)[0]
+    _, v = judge(conn, sid, timed(0.6), cfg)
+    assert v["slow"] is False and v["accurate"] and not v["bad"]
+    for i, t in enumerate((2.3, 1.95, 2.05)):
+        assert not stale(conn, sid)
+        _, v = judge(conn, sid, timed(t), cfg)
+        assert v["slow"] and v["bad"] and not v["accurate"] and v["hit_ratio"] == pytest.approx(0.95), v
+        assert "not clearly faster than cold" in v["reason"] and v["slow_streak"] == i + 1
+    assert v["action"] == "stopped" and stale(conn, sid)
+    apps, skipped = _index_apps(conn, tmp_path, cfg)
+    assert "mail" not in apps and "stale" in skipped["mail"]
+    why = feedback.degraded(conn, cfg)["mail"]
+    assert "3 launches in a row not clearly faster than cold" in why and "no longer prefetched" in why, why
+
+
+def test_launches_not_faster_than_cold_are_relearned_with_learn_auto(db):
+    conn, sid = db
+    cfg = HookConfig(learn="auto")
+    cold_recordings(conn, [2.0])
+    for t in (2.1, 2.0, 1.95):    # within 5 % of the single cold launch: not clearly faster
+        _, v = judge(conn, sid, timed(t), cfg)
+    assert v["action"] == "relearn" and stale(conn, sid)
+    assert "re-learned" in feedback.degraded(conn, cfg)["mail"]
+
+
+def test_launches_far_above_t_exp_are_bad_but_kept_with_learn_off(db):
+    """t_exp 0.5 s, cold 2.0 s: a 1.4 s launch is faster than cold but kept less than half the
+    predicted gain: bad (degraded after three, still prefetched with learn = off); 0.9 s is fine."""
+    conn, sid = db
+    cfg = HookConfig(learn="off")
+    cold_recordings(conn, [2.0, 2.0])
+    _, v = judge(conn, sid, timed(0.9), cfg)
+    assert not v["bad"] and v["over_t_exp"] is False
+    for _ in range(3):
+        _, v = judge(conn, sid, timed(1.4), cfg)
+        assert v["bad"] and v["over_t_exp"] and not v["slow"] and "far above t_exp" in v["reason"]
+    assert v["action"] == "degraded" and not stale(conn, sid)
+    assert "still prefetched" in feedback.degraded(conn, cfg)["mail"]
+
+
+def test_a_warm_launch_is_not_timed_against_cold(db):
+    """Over half the schedule cached before the replay: its time says nothing about the schedule."""
+    conn, sid = db
+    cold_recordings(conn, [2.0])
+    s = timed(2.5)
+    s["bytes_resident"] = 18 * MIB
+    _, v = judge(conn, sid, s, HookConfig(stale_after_bad=1))
+    assert v["slow"] is None and v["action"] is None and not stale(conn, sid)
+
+
+def test_plain_cold_launches_are_the_reference_before_recordings(db):
+    """A recording's time includes the tracing overhead: with a plain cold launch of the app (run
+    --cold, 2.0 s) a 2.1 s hooked launch is not faster than cold, though faster than the recordings."""
+    from warmstart.db.launches import insert_launch
+    conn, sid = db
+    cold_recordings(conn, [3.0, 3.1])
+    app = conn.execute("SELECT id FROM apps WHERE name = 'mail'").fetchone()[0]
+    _, v = judge(conn, sid, timed(2.1), HookConfig())
+    assert v["slow"] is False and v["cold"]["source"] == "cold recordings"
+    insert_launch(conn, app_id=app, mode="cold", launch_time_s=2.0, exit_status=0)
+    _, v = judge(conn, sid, timed(2.1), HookConfig())
+    assert v["slow"] and v["cold"]["source"] == "plain cold launches" and not v["accurate"], v
+
+
+def test_launches_that_ran_together_are_not_timed_against_cold(db):
+    """Hooked launches that overlapped (apps started at once share the disk) are slower than a
+    cold launch alone whatever the schedule: no time verdict for them, stored ones or ones the
+    learner has read and not judged yet."""
+    conn, sid = db
+    cfg = HookConfig(stale_after_bad=1)
+    cold_recordings(conn, [2.0])
+    first = dict(event(sid), t_exec=100.0)
+    s = timed(2.5)
+    s["exit"]["t_measured"] = 102.5
+    _, v = feedback.judge(conn, first, s, cfg, running=[101.0])     # another started meanwhile
+    assert v["slow"] is None and "1 other hooked launch" in v["time_reason"] and v["action"] is None
+    second = dict(event(sid), t_exec=101.0)
+    s["exit"]["t_measured"] = 103.5
+    _, v = feedback.judge(conn, second, s, cfg)                      # the first, stored, overlapped it
+    assert v["slow"] is None and v["action"] is None and not stale(conn, sid)
+    _, v = feedback.judge(conn, dict(event(sid), t_exec=104.0), timed(2.5), cfg)   # alone
+    assert v["slow"] and v["action"] == "stopped" and stale(conn, sid)
+    # execs the daemon read in one batch carry the same time: they ran together
+    _, v = feedback.judge(conn, dict(event(sid), t_exec=104.0), timed(2.5), cfg)
+    assert v["slow"] is None and "1 other hooked launch" in v["time_reason"]
+
+
+def test_a_launch_whose_prefetch_was_lost_is_not_timed_against_cold_unless_the_check_cannot_see_it(db):
+    """A cache dropped during the launch (by someone else) makes it slow whatever the schedule: no
+    time verdict. A schedule of raw block-device ranges only is no file of the exit check's: its
+    pages missing there prove nothing, and its time is compared with cold."""
+    conn, sid = db
+    cfg = HookConfig(stale_after_bad=1)
+    cold_recordings(conn, [2.0])
+    dropped = timed(2.5, inside=2 * MIB)
+    _, v = judge(conn, sid, dropped, cfg)
+    assert not v["judged"] and v["slow"] is None and "lost" in v["time_reason"] and v["action"] is None
+    raw = timed(2.5, inside=0, missed=12 * MIB)
+    raw.update(ranges_total=40, device_ranges=40)
+    _, v = judge(conn, sid, raw, cfg)
+    assert v["slow"] and v["action"] == "stopped" and stale(conn, sid)
+
+
+def test_the_learner_judges_a_launch_once_the_launches_started_before_its_exit_are_logged(db, tmp_path):
+    """The daemon logs a hooked launch at its release, up to its hold after its exec: a launch
+    that started while this one ran may not be in the log yet when this one's report is done.
+    The learner waits the index's longest hold (here: no index, the config's cap of 1 s) past
+    the exit before judging, so feedback.overlapping sees it."""
+    import json
+    import time
+    from warmstart.hook.layout import HookPaths
+    from warmstart.hook.learner import Learner
+    conn, sid = db
+    r = tmp_path / "hookroot"
+    paths = HookPaths(r, r / "var/lib/warmstart", r / "run/warmstart", r / "etc")
+    paths.state.mkdir(parents=True)
+    now = time.monotonic()
+    s = stats(19 * MIB, MIB)
+    s["exit"]["t_measured"] = now
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(s))
+    learner = Learner(str(tmp_path / "w.db"), paths, HookConfig(max_hold_ms=1000))
+    learner.offset = 0
+    learner.waiting = [(dict(event(sid), t_exec=now - 0.5, stats=str(report)), time.time())]
+    learner.judge_finished()
+    assert list_launches(conn, mode="hook") == [] and learner.waiting      # not yet: within the hold
+    time.sleep(1.3)
+    learner.judge_finished()
+    assert len(list_launches(conn, mode="hook")) == 1 and not learner.waiting

@@ -188,3 +188,40 @@ def test_a_huge_sparse_view_costs_the_learner_no_memory_and_no_disk(tree, once, 
     assert st.st_size < 4096 and st.st_uid == nobody and stat.S_IMODE(st.st_mode) == 0o600
     lines = mine.read_bytes().splitlines(keepends=True)
     assert lines[:-1] == ([last] if line_at_end else []) and json.loads(lines[-1])["launch_id"] == lid
+
+
+def test_launches_without_an_exact_time_are_shown_not_timed_and_never_enter_the_median(tree):
+    """A hooked launch the replayer could not time (a long-running app) is stored with no time and
+    the reason; the user's view counts it, says "not timed", and keeps it (and a -1 s placeholder
+    an older learner wrote) out of the median and the gain."""
+    from warmstart.db import open_db
+    from warmstart.db.launches import insert_launch
+    from warmstart.hook.layout import HookPaths
+    from warmstart.hook.users import record_launch
+    paths = HookPaths(tree, tree / "var/lib/warmstart", tree / "run/warmstart", tree / "etc")
+    paths.users.mkdir(parents=True, mode=0o755)
+    for d in (tree / "var", tree / "var/lib", paths.state):
+        os.chmod(d, 0o755)
+    conn = open_db(tree / "warmstart.db")
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', '/usr/bin/mail',"
+                       " '[]', ?)", (NOW,)).lastrowid
+    conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method,"
+                 " status) VALUES (?, ?, 2.0, 'exit', 'tracefs', 'drop_caches', 'ok')", (app, NOW))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    mine = paths.users / f"{nobody}.jsonl"
+    # a line an older learner wrote for a launch it could not time
+    mine.write_text(json.dumps({"t": NOW, "app": "mail", "launch_s": -1.0, "outcome": "ready", "cold_s": 2.0}) + "\n")
+    os.chown(mine, nobody, -1)
+    os.chmod(mine, 0o600)
+    why = "the app was still running when the replayer stopped waiting for its exit"
+    for t in (0.5, None, 0.7):
+        lid = insert_launch(conn, app_id=app, mode="hook", launch_time_s=t, started_at=NOW,
+                            details={} if t else {"not_timed": why})
+        record_launch(conn, paths, {"uid": nobody, "outcome": "ready", "held_ms": 40.0}, lid)
+    seen = _as("nobody", tree)
+    [a] = seen["view"]["apps"]
+    assert a["launches"] == 4 and a["timed"] == 2 and a["not_timed"] == 2, a
+    assert a["median_s"] == pytest.approx(0.6) and a["gain"] == pytest.approx(0.7), a
+    assert "2 not timed" in seen["text"] and "-1" not in seen["text"], seen["text"]
+    last = [json.loads(x) for x in mine.read_text().splitlines()][-2]
+    assert last["launch_s"] is None and why in last["not_timed"]

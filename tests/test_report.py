@@ -248,10 +248,11 @@ def test_history_marks_stale_schedules_and_degraded_apps(db_path, tmp_path):
     run(db_path, "--plot", str(tmp_path / "before"))
     svg = (tmp_path / "before" / "history.svg").read_text()
     assert "went stale" not in svg and "degraded from here" not in svg
-    # learn = off: three bad verdicts in a row (hit ratio 10%) make the app degraded, still prefetched
+    # learn = off: three bad verdicts in a row (hit ratio 10%) make the app degraded, still
+    # prefetched (the launches, 0.5 s, clearly faster than its cold ones, 1.0 and 1.2 s)
     mib = 1 << 20
     stats = {"bytes_scheduled": 10 * mib, "bytes_fetched": 10 * mib, "bytes_resident": 0,
-             "exit": {"asked": True, "exited": True, "t_measured": 2.0, "files_checked": 3,
+             "exit": {"asked": True, "exited": True, "t_measured": 1.5, "files_checked": 3,
                       "scheduled_resident_bytes": 6 * mib, "missed_bytes": 54 * mib}}
     verdicts = [judge(conn, {"schedule_id": sid, "t_exec": 1.0}, stats, HookConfig(learn="off"))[1]
                 for _ in range(3)]
@@ -265,3 +266,69 @@ def test_history_marks_stale_schedules_and_degraded_apps(db_path, tmp_path):
     svg = (tmp_path / "after" / "history.svg").read_text()
     assert "went stale (not prefetched until re-learned)" in svg and "dotted: its schedule went stale" in svg
     assert "degraded from here (kept)" in svg and "diamond: shown degraded, still prefetched" in svg
+
+
+def test_launches_without_an_exact_time_are_not_timed_in_table_json_and_history(db_path, tmp_path):
+    """Hooked launches the replayer could not time (the app still ran when it stopped waiting) are
+    stored with no time and the reason: the medians and the gain are those of the timed launches,
+    the table says how many were not timed and why, the history figure marks them apart."""
+    from warmstart.db.launches import insert_launch
+    conn = open_db(db_path)
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', ?, '[]', ?)",
+                       (b"/usr/bin/mail", NOW - 600)).lastrowid
+    conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method)"
+                 " VALUES (?, ?, 2.0, 'exit', 'tracefs', 'drop_caches')", (app, NOW - 500))
+    why = "the app was still running when the replayer stopped waiting for its exit (a long-running app)"
+    for k, t in enumerate((0.5, None, 0.6, None)):
+        insert_launch(conn, app_id=app, mode="hook", launch_time_s=t, exit_status=0, started_at=NOW - 100 + k,
+                      details={} if t else {"not_timed": why})
+    # a database an older warmstart wrote: its -1 s placeholder becomes "not timed" on migration
+    conn.execute("INSERT INTO launches(app_id, mode, started_at, launch_time_s, exit_status, details_json)"
+                 " VALUES (?, 'hook', ?, NULL, 0, ?)", (app, NOW - 50, json.dumps({"not_timed": "older"})))
+    doc = json.loads(run(db_path, "--json", "--plot", str(tmp_path / "figs")))
+    [mail] = doc["apps"]
+    assert mail["prefetched"]["n"] == 2 and mail["prefetched"]["median"] == pytest.approx(0.55), mail
+    assert mail["prefetched"]["min"] == 0.5 and mail["gain"] == pytest.approx(1 - 0.55 / 2.0), mail
+    assert mail["launches"] == 5 and mail["not_timed"] == 3 and mail["not_timed_reason"] == "older", mail
+    text = run(db_path)
+    assert "not timed: mail: 3 launch(es) without an exact time" in text, text
+    svg = (tmp_path / "figs" / "history.svg").read_text()
+    assert "not timed (no exact time)" in svg and "3 launch(es) not timed, left out" in svg
+    with pytest.raises(ValueError, match="not_timed"):
+        insert_launch(conn, app_id=app, mode="hook", launch_time_s=None)   # no reason: refused
+    with pytest.raises(ValueError, match="not a time"):
+        insert_launch(conn, app_id=app, mode="hook", launch_time_s=-1.0)   # the old placeholder
+
+
+def test_migration_turns_old_placeholder_times_into_not_timed(tmp_path):
+    """A database written before launch times could be unknown: its hooked launches stored as
+    -1 s become NULL with the reason, their coverage columns (not pages used) are emptied, and
+    the other launches are kept as they were."""
+    import sqlite3
+    from warmstart.db.schema import MIGRATIONS
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    n = next(i for i, (name, _) in enumerate(MIGRATIONS, start=1) if name == "launch times may be unknown")
+    for name, step in MIGRATIONS[:n - 1]:
+        if callable(step):
+            step(old)
+        else:
+            old.executescript(step)
+    old.execute(f"PRAGMA user_version = {n - 1}")
+    old.execute("PRAGMA application_id = 1465011539")
+    app = old.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('a', x'2f61', '[]', 0)"
+                      ).lastrowid
+    old.execute("INSERT INTO launches(app_id, mode, started_at, launch_time_s, used_bytes, prefetched_used_bytes,"
+                " details_json) VALUES (?, 'hook', 1, -1.0, 9, 8, '{\"feedback\": {}}')", (app,))
+    old.execute("INSERT INTO launches(app_id, mode, started_at, launch_time_s, used_bytes, prefetched_used_bytes)"
+                " VALUES (?, 'segmented', 2, 0.7, 90, 80)", (app,))
+    old.commit()
+    old.close()
+    conn = open_db(path)
+    rows = [dict(r) for r in conn.execute("SELECT * FROM launches ORDER BY id")]
+    assert rows[0]["launch_time_s"] is None and rows[0]["used_bytes"] is None and rows[0]["prefetched_used_bytes"] is None
+    assert "older warmstart" in json.loads(rows[0]["details_json"])["not_timed"]
+    assert "feedback" in json.loads(rows[0]["details_json"])
+    assert (rows[1]["launch_time_s"], rows[1]["used_bytes"], rows[1]["prefetched_used_bytes"]) == (0.7, 90, 80)
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("INSERT INTO launches(app_id, mode, started_at, launch_time_s) VALUES (?, 'hook', 3, -1.0)", (app,))

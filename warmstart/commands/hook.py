@@ -90,6 +90,11 @@ def status(obj, as_json):
         lines.append(f"preload shim: {r['preload'] or 'not installed'}")
         if r["launches"]:
             lines.append(f"recent hooked launches: {r['launches']['launches']} {r['launches']['outcomes']}")
+        for a in r.get("hooked") or []:
+            med = "not timed" if a["median_s"] is None else f"median {a['median_s']:.3f} s"
+            cold = "" if a["cold_s"] is None else f", cold {a['cold_s']:.3f} s"
+            lines.append(f"hooked: {a['app']}: {a['launches']} launch(es), {med}{cold}"
+                         + (f"; {a['not_timed']} not timed ({a['not_timed_reason']})" if a["not_timed"] else ""))
         lines += [f"degraded: {app}: {why}" for app, why in sorted((r.get("degraded") or {}).items())]
         if "system" in r:
             from ..hook.users import render

@@ -9,14 +9,20 @@ from typing import List, Optional, Sequence
 from .rows import check, check_all
 
 
-def insert_launch(conn: sqlite3.Connection, *, mode: str, launch_time_s: float,
+def insert_launch(conn: sqlite3.Connection, *, mode: str, launch_time_s: Optional[float],
                   app_id: Optional[int] = None, schedule_id: Optional[int] = None,
                   mechanism: Optional[str] = None, disk: Optional[str] = None,
                   started_at: Optional[float] = None, exit_status: Optional[int] = None,
                   prefetched_bytes: Optional[int] = None, used_bytes: Optional[int] = None,
                   prefetched_used_bytes: Optional[int] = None, bench_id: Optional[str] = None,
                   details: Optional[dict] = None) -> int:
-    """Store one launch; returns its id. details goes to details_json (replayer stats etc.)."""
+    """Store one launch; returns its id. details goes to details_json (replayer stats etc.).
+    launch_time_s None: the launch has no exact time; details["not_timed"] must say why (never
+    a placeholder number: it would enter medians and gains)."""
+    if launch_time_s is None and not (details or {}).get("not_timed"):
+        raise ValueError("a launch stored without a time needs details['not_timed'] (the reason)")
+    if launch_time_s is not None and not launch_time_s >= 0:
+        raise ValueError(f"launch time {launch_time_s!r} is not a time: store None with the reason")
     cur = conn.execute(
         "INSERT INTO launches (app_id, schedule_id, bench_id, mode, mechanism, disk, started_at,"
         " launch_time_s, exit_status, prefetched_bytes, used_bytes, prefetched_used_bytes, details_json)"
@@ -50,6 +56,32 @@ def apps_with_hook_launches(conn: sqlite3.Connection) -> List[tuple]:
     return [tuple(r) for r in conn.execute(
         "SELECT DISTINCT a.id, a.name FROM launches l JOIN apps a ON a.id = l.app_id WHERE l.mode = 'hook'"
         " ORDER BY a.name")]
+
+
+def recent_hook_intervals(conn: sqlite3.Connection, limit: int = 200) -> List[tuple]:
+    """(exec, end) of the latest stored hooked launches of any app, on the daemon's
+    CLOCK_MONOTONIC: end is the exit, or when the replayer stopped waiting for it (an app
+    running longer is past its launch by then); launches without either are left out."""
+    rows = conn.execute(
+        "SELECT json_extract(details_json, '$.hook_event.t_exec'), json_extract(details_json, '$.replay.exit.t_measured')"
+        " FROM launches WHERE mode = 'hook' ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+    return [(r[0], r[1]) for r in rows if r[0] is not None and r[1] is not None]
+
+
+def latest_hook_schedule(conn: sqlite3.Connection, app_id: int) -> Optional[int]:
+    """The schedule of the app's latest hooked launch."""
+    row = conn.execute("SELECT schedule_id FROM launches WHERE app_id = ? AND mode = 'hook'"
+                       " ORDER BY id DESC LIMIT 1", (app_id,)).fetchone()
+    return row[0] if row else None
+
+
+def last_cold_launch_times(conn: sqlite3.Connection, app_id: int, limit: int = 5) -> List[float]:
+    """The exact times of the app's latest plain cold launches (mode "cold": caches dropped, not
+    prefetched: `warmstart run --cold`, bench) that succeeded, oldest first."""
+    rows = conn.execute("SELECT launch_time_s FROM launches WHERE app_id = ? AND mode = 'cold'"
+                        " AND launch_time_s IS NOT NULL AND coalesce(exit_status, 0) = 0"
+                        " ORDER BY started_at DESC, id DESC LIMIT ?", (app_id, limit)).fetchall()
+    return [r[0] for r in reversed(rows)]
 
 
 def last_launch_id(conn: sqlite3.Connection) -> int:

@@ -211,7 +211,7 @@ CREATE TABLE launches (
     mechanism     TEXT,                    -- fetch engine used by the replayer
     disk          TEXT,                    -- hdd7200 | ssd | real | ...
     started_at    REAL NOT NULL,
-    launch_time_s REAL NOT NULL,
+    launch_time_s REAL NOT NULL,           -- NULL allowed from migration "launch times may be unknown"
     exit_status   INTEGER,
     prefetched_bytes INTEGER,
     used_bytes    INTEGER,
@@ -290,6 +290,43 @@ ALTER TABLE schedules ADD COLUMN stale_reason TEXT;
     ("recording owners", """
 ALTER TABLE recordings ADD COLUMN owner_uid INTEGER;
 UPDATE recordings SET owner_uid = 0 WHERE cold_method NOT LIKE 'none (learned%';
+"""),
+    # A launch without an exact time (a hooked app still running when its replayer's wait ended,
+    # or no replayer report) is stored as such: launch_time_s NULL, details_json's "not_timed"
+    # says why. The hook's feedback stored -1.0 for these before: they become NULL with that
+    # reason, so no placeholder can enter a median, a gain or a history. Hook rows' used and
+    # prefetched-and-used bytes were the schedule's resident bytes at the exit (coverage, kept in
+    # details_json's feedback), not pages the app used: emptied, as hook rows store them now.
+    ("launch times may be unknown", """
+CREATE TABLE launches_new (
+    id            INTEGER PRIMARY KEY,
+    app_id        INTEGER REFERENCES apps(id) ON DELETE CASCADE,
+    schedule_id   INTEGER REFERENCES schedules(id) ON DELETE SET NULL,
+    bench_id      TEXT,
+    mode          TEXT NOT NULL,
+    mechanism     TEXT,
+    disk          TEXT,
+    started_at    REAL NOT NULL,
+    launch_time_s REAL CHECK (launch_time_s IS NULL OR launch_time_s >= 0),  -- NULL: not timed
+    exit_status   INTEGER,
+    prefetched_bytes INTEGER,
+    used_bytes    INTEGER,
+    prefetched_used_bytes INTEGER,
+    details_json  TEXT NOT NULL DEFAULT '{}'
+);
+INSERT INTO launches_new (id, app_id, schedule_id, bench_id, mode, mechanism, disk, started_at, launch_time_s,
+                          exit_status, prefetched_bytes, used_bytes, prefetched_used_bytes, details_json)
+SELECT id, app_id, schedule_id, bench_id, mode, mechanism, disk, started_at,
+       CASE WHEN launch_time_s < 0 THEN NULL ELSE launch_time_s END, exit_status, prefetched_bytes,
+       CASE WHEN mode = 'hook' THEN NULL ELSE used_bytes END,
+       CASE WHEN mode = 'hook' THEN NULL ELSE prefetched_used_bytes END,
+       CASE WHEN launch_time_s < 0 THEN json_set(coalesce(details_json, '{}'), '$.not_timed',
+            'no exact time (stored as -1 s by an older warmstart: the app had not exited when the replayer stopped waiting, or it left no report)')
+            ELSE details_json END
+FROM launches;
+DROP TABLE launches;
+ALTER TABLE launches_new RENAME TO launches;
+CREATE INDEX launches_app ON launches(app_id, mode);
 """),
 ]
 

@@ -7,7 +7,8 @@
     min_hold_ms = 20              #   never less than this,
     max_hold_ms = 10000           #   never more than this (at most 60000; docs/hook.md "Hold policy")
     accuracy_threshold = 0.8      # a hooked launch whose hit ratio at its exit is below this is bad;
-    stale_after_bad = 3           #   this many bad verdicts in a row: re-learn (auto) or degraded (off)
+    stale_after_bad = 3           #   this many bad verdicts in a row: re-learn (auto) or degraded (off);
+                                  #   as many launches not clearly faster than cold: off the index (both)
     learn_idle_cpu = 0.5          # learned apps are analyzed when CPU busy < this and
     learn_idle_io_kbps = 2048     #   disk I/O < this, over learn_idle_sample_s (2.0),
     learn_idle_max_s = 600.0      #   or after this long anyway

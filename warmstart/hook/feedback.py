@@ -15,18 +15,29 @@ exit, over half the schedule was cached before the replay (a warm launch), pages
 schedule were evicted during the launch (cachestat's recently evicted), or less than half of
 what the replay made resident was still there at the exit (the cache was dropped).
 
+The launch's exact time (exec to exit) is compared with the app's cold launches and the
+schedule's t_exp (time_verdict): a launch not clearly faster than cold, or far above t_exp, is
+bad too, and never "accurate". A launch without an exact time (the app still running when the
+replayer stopped waiting, no report) is stored with launch_time_s NULL and the reason
+(details "not_timed"): no placeholder ever enters a median, a gain or a history.
+
 Only `stale_after_bad` consecutive bad verdicts act: with learn = "auto" the schedule is marked
 stale and the app re-learned on its next launch; with learn = "off" it keeps being prefetched
-and is shown as degraded, with the reason, in `hook status` and `report`.
+and is shown as degraded, with the reason, in `hook status` and `report` -- unless those
+launches were not clearly faster than cold: then it is marked stale with learn = "off" too and
+leaves the index (action "stopped"), which `hook status` and `report` say.
 Limits: reads of files outside the schedule are not seen; a prefetched page the app never
-touched cannot be told from a used one, so this is coverage of the launch's reads.
+touched cannot be told from a used one, so this is coverage of the launch's reads, kept in the
+verdict: the launches row's used and prefetched-and-used columns stay empty for hook rows.
 """
 
 import json
-from typing import Dict, List, Optional, Tuple
+import statistics
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..db import launches
-from ..db.schedules import app_of_schedule, mark_stale
+from ..db.recordings import cold_recordings, get_app_by_id
+from ..db.schedules import app_of_schedule, mark_stale, schedule_t_exp
 
 MIB = 1 << 20
 
@@ -39,19 +50,27 @@ def measure(stats: Optional[dict]) -> Tuple[Optional[dict], Optional[str]]:
         return None, "the replayer left no report (it was refused or killed)"
     if not x or not x.get("asked"):
         return None, "no measurement at the exit (replayer without --judge-at-exit)"
-    scheduled = stats.get("bytes_scheduled") or 0
-    resident_before = stats.get("bytes_resident") or 0
-    made_resident = (stats.get("bytes_fetched") or 0) + resident_before
-    inside = x.get("scheduled_resident_bytes") or 0
-    if scheduled and resident_before > scheduled / 2:
+    if _warm(stats):
         return None, "over half the schedule was cached before the replay (a warm launch)"
+    lost = cache_lost(stats, x)
+    return (None, lost) if lost else (x, None)
+
+
+def cache_lost(stats: dict, x: dict, raw_unseen: bool = False) -> Optional[str]:
+    """Why the prefetched pages were lost during the launch (memory pressure; the cache dropped),
+    or None. raw_unseen: a schedule of raw block-device ranges only is none of the exit check's
+    files, so its pages missing there proves nothing: only eviction counts then."""
+    scheduled = stats.get("bytes_scheduled") or 0
+    made_resident = (stats.get("bytes_fetched") or 0) + (stats.get("bytes_resident") or 0)
+    inside = x.get("scheduled_resident_bytes") or 0
     evicted_pages = x.get("recently_evicted_pages") or 0
     if evicted_pages * 4096 > max(MIB, scheduled // 100):
-        return None, f"{evicted_pages} pages of the schedule were evicted during the launch (memory pressure)"
-    if made_resident and inside < made_resident / 2:
-        return None, (f"only {inside // MIB} of the {made_resident // MIB} MiB the replay made resident "
-                      f"were still cached at the exit (the cache was dropped or evicted)")
-    return x, None
+        return f"{evicted_pages} pages of the schedule were evicted during the launch (memory pressure)"
+    all_raw = bool(stats.get("ranges_total")) and (stats.get("device_ranges") or 0) >= stats["ranges_total"]
+    if made_resident and inside < made_resident / 2 and not (raw_unseen and all_raw):
+        return (f"only {inside // MIB} of the {made_resident // MIB} MiB the replay made resident "
+                f"were still cached at the exit (the cache was dropped or evicted)")
+    return None
 
 
 def _verdict(x: dict, threshold: float, previous_missed: List[int]) -> dict:
@@ -70,17 +89,108 @@ def _verdict(x: dict, threshold: float, previous_missed: List[int]) -> dict:
             "bad": bad, "reason": reason}
 
 
-def judged_history(conn, app_id: int) -> List[dict]:
-    """The feedback of this app's judged hooked launches, oldest first."""
+# A hooked launch's exact time against the app's cold launches (docs/hook.md, "Never slower than
+# no prefetch"): "clearly faster" means faster than the cold median by more than the cold
+# launches' noise: CLEAR_SDS robust standard deviations (1.4826 x their median absolute
+# deviation), at least MIN_MARGIN and at most MAX_MARGIN of the median.
+CLEAR_SDS = 2.0
+MIN_MARGIN = 0.05
+MAX_MARGIN = 0.20
+COLD_LAUNCHES = 5   # the latest plain cold launches and the latest cold recordings, each at most
+
+
+def exact_time(event: dict, stats: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
+    """(the launch's exact time, None), exec (the daemon's clock) to the exit (the replayer's
+    pidfd), both CLOCK_MONOTONIC; or (None, why it has none). Never a placeholder."""
+    x = (stats or {}).get("exit") or {}
+    if not stats:
+        return None, "the replayer left no report (it was refused or killed)"
+    if not x.get("asked"):
+        return None, "the replayer did not wait for the exit (started without --judge-at-exit)"
+    if not x.get("exited"):
+        return None, ("the app was still running when the replayer stopped waiting for its exit "
+                      "(a long-running app): no launch time")
+    if not event.get("t_exec") or x.get("t_measured") is None:
+        return None, "the daemon's record has no exec time"
+    t = x["t_measured"] - event["t_exec"]
+    if t < 0:
+        return None, f"the exit was seen {-t:.3f} s before the exec (clocks disagree)"
+    return t, None
+
+
+def cold_reference(conn, app_id: int) -> Optional[dict]:
+    """The app's cold launch times (caches dropped before each), their median and the margin a
+    launch must beat it by; None without any. Its latest plain cold launches (`run --cold`,
+    bench) if it has some: a recording's time includes the tracing overhead (measured on the
+    emulated HDD: 2.6 s recorded, 1.9 s plain), which would make any launch look faster; else
+    its latest cold recordings."""
+    times = launches.last_cold_launch_times(conn, app_id, COLD_LAUNCHES)
+    source = "plain cold launches"
+    if not times:
+        app = get_app_by_id(conn, app_id)
+        times = [r["launch_time_s"] for r in cold_recordings(conn, [app["name"]])
+                 if r["launch_time_s"]][-COLD_LAUNCHES:]
+        source = "cold recordings"
+    if not times:
+        return None
+    med = statistics.median(times)
+    sd = 1.4826 * statistics.median(abs(t - med) for t in times)
+    margin = min(max(CLEAR_SDS * sd, MIN_MARGIN * med), MAX_MARGIN * med)
+    return {"median_s": med, "n": len(times), "margin_s": margin, "source": source}
+
+
+def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float]) -> dict:
+    """The launch's time against cold and against the schedule's t_exp:
+    slow: not clearly faster than cold (launch_s > cold median - margin);
+    over_t_exp: kept less than half the gain the schedule promised (launch_s > (t_exp + cold) / 2,
+    and more than the margin above t_exp)."""
+    if cold is None:
+        return {"slow": None, "over_t_exp": None, "time_reason": "no cold launch to compare with "
+                "(no cold recording or `warmstart run --cold` of the app)"}
+    med, margin = cold["median_s"], cold["margin_s"]
+    slow = launch_s > med - margin
+    over = (t_exp is not None and t_exp > 0 and med - t_exp > margin
+            and launch_s > (t_exp + med) / 2 and launch_s - t_exp > margin)
+    reason = None
+    if slow:
+        reason = (f"launch {launch_s:.3f} s not clearly faster than cold ({med:.3f} s, median of {cold['n']} "
+                  f"{cold.get('source', 'cold launches')}; needs {margin:.3f} s less)")
+    elif over:
+        reason = (f"launch {launch_s:.3f} s far above t_exp {t_exp:.3f} s (kept less than half the "
+                  f"predicted gain on cold {med:.3f} s)")
+    return {"slow": slow, "over_t_exp": over, "time_reason": reason}
+
+
+def judged_history(conn, app_id: int, schedule_id: Optional[int] = None) -> List[dict]:
+    """The verdicts of this app's hooked launches (of one schedule, if given) that had one: judged
+    by hit ratio, or timed against cold; oldest first."""
     return [l["details"]["feedback"] for l in launches.list_launches(conn, app_id=app_id, mode="hook")
-            if (l["details"].get("feedback") or {}).get("judged")]
+            if (schedule_id is None or l["schedule_id"] == schedule_id)
+            and _has_verdict(l["details"].get("feedback") or {})]
+
+
+def _has_verdict(v: dict) -> bool:
+    return bool(v.get("judged")) or v.get("slow") is not None
 
 
 def bad_streak(history: List[dict]) -> int:
-    """How many of the latest judged verdicts in a row were bad."""
+    """How many of the latest verdicts in a row were bad (for any reason)."""
     n = 0
     for v in reversed(history):
         if not v.get("bad"):
+            break
+        n += 1
+    return n
+
+
+def slow_streak(history: List[dict]) -> int:
+    """How many of the latest timed launches in a row were not clearly faster than cold (launches
+    without a time verdict neither count nor reset it)."""
+    n = 0
+    for v in reversed(history):
+        if v.get("slow") is None:
+            continue
+        if not v["slow"]:
             break
         n += 1
     return n
@@ -101,49 +211,123 @@ def stored(conn, event: dict) -> Optional[Tuple[int, dict]]:
     return None
 
 
-def judge(conn, event: dict, stats: Optional[dict], cfg) -> Tuple[int, dict]:
+def _warm(stats: Optional[dict]) -> bool:
+    """Over half the schedule was cached before the replay: the launch says nothing about it."""
+    stats = stats or {}
+    scheduled = stats.get("bytes_scheduled") or 0
+    return bool(scheduled) and (stats.get("bytes_resident") or 0) > scheduled / 2
+
+
+def _act(verdict: dict, history: List[dict], cfg) -> None:
+    """What the verdicts so far do: `stale_after_bad` launches in a row not clearly faster than
+    cold take the app off the prefetch path (auto: re-learned; off: "stopped", not prefetched
+    until re-recorded); as many bad verdicts of any kind re-learn it (auto) or show it degraded
+    and keep it (off)."""
+    both = history + [verdict]
+    verdict["bad_streak"], verdict["slow_streak"] = bad_streak(both), slow_streak(both)
+    if verdict["slow_streak"] >= cfg.stale_after_bad:
+        verdict["action"] = "relearn" if cfg.learn == "auto" else "stopped"
+    elif verdict["bad_streak"] >= cfg.stale_after_bad:
+        verdict["action"] = "relearn" if cfg.learn == "auto" else "degraded"
+
+
+def overlapping(conn, event: dict, launch_s: float, running: Sequence[float] = ()) -> int:
+    """How many other hooked launches ran during this one (exec to exit): those stored (this one
+    is not yet), and those the learner has read and not judged yet (`running`: their exec times;
+    exit not known yet). Execs the daemon read together carry the same time: they overlap."""
+    start, end = event["t_exec"], event["t_exec"] + launch_s
+    n = sum(1 for t in running if t < end)
+    for t0, t1 in launches.recent_hook_intervals(conn):
+        if t0 < end and t1 > start:
+            n += 1
+    return n
+
+
+def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float] = ()) -> Tuple[int, dict]:
     """Store the launches row of one hooked launch; returns (launch id, verdict). Run it in a
-    transaction: the row and the stale mark of a verdict that acts go together."""
+    transaction: the row and the stale mark of a verdict that acts go together. running: the
+    exec times of the other hooked launches read and not judged yet (see overlapping)."""
     sid = event["schedule_id"]
     app_id = app_of_schedule(conn, sid)
     x, not_judged = measure(stats)
-    history = judged_history(conn, app_id)
+    launch_s, not_timed = exact_time(event, stats)
+    history = judged_history(conn, app_id, sid)
     verdict = {"judged": x is not None, "not_judged": not_judged, "threshold": cfg.accuracy_threshold,
-               "bad": False, "action": None}
+               "bad": False, "reason": None, "slow": None, "action": None, "not_timed": not_timed}
     if x is not None:
         verdict.update(_verdict(x, cfg.accuracy_threshold,
                                 [v["missed_bytes"] for v in history if v.get("missed_bytes") is not None]))
-        streak = bad_streak(history + [verdict])
-        verdict["bad_streak"] = streak
-        if streak >= cfg.stale_after_bad:
-            verdict["action"] = "relearn" if cfg.learn == "auto" else "degraded"
+    others = overlapping(conn, event, launch_s, running) if launch_s is not None else 0
+    if others:
+        # launched together with others, it shares the disk: no cold launch alone compares with it
+        verdict.update(slow=None, time_reason=f"{others} other hooked launch(es) ran at the same time: "
+                                               f"not compared with a cold launch alone")
+    elif launch_s is not None and not _warm(stats) and cache_lost(stats, stats["exit"], raw_unseen=True):
+        # the prefetched pages were lost during the launch (a cache drop, a memory hog): its
+        # time says nothing about the schedule
+        verdict.update(slow=None, time_reason="prefetched pages lost during the launch: not compared with cold")
+    elif launch_s is not None and not _warm(stats):
+        cold = cold_reference(conn, app_id)
+        verdict.update(time_verdict(launch_s, cold, schedule_t_exp(conn, sid)), cold=cold)
+        if verdict["slow"] or verdict["over_t_exp"]:
+            verdict["reason"] = "; ".join(r for r in (verdict["time_reason"], verdict["reason"]) if r)
+            verdict["bad"] = True
+    # accurate: judged, its hit ratio good, and faster than cold (a slow launch is never "accurate")
+    verdict["accurate"] = verdict["judged"] and not verdict["bad"]
+    if _has_verdict(verdict):
+        _act(verdict, history, cfg)
     stats = stats or {}
-    x = stats.get("exit") or {}
-    # the exact launch time: exec (the daemon's clock) to the exit, both CLOCK_MONOTONIC
-    launch_s = (x["t_measured"] - event["t_exec"]) if x.get("exited") and event.get("t_exec") else -1.0
+    # used and prefetched-and-used bytes stay empty: the exit check sees residency, not use
+    # (docs/hook.md); the coverage is in the verdict (scheduled_resident_bytes, hit_ratio)
     lid = launches.insert_launch(
         conn, mode="hook", launch_time_s=launch_s, app_id=app_id, schedule_id=sid,
         mechanism=stats.get("engine"), prefetched_bytes=stats.get("bytes_fetched"),
-        used_bytes=(verdict.get("scheduled_resident_bytes") or 0) + (verdict.get("missed_bytes") or 0)
-        if verdict["judged"] else None,
-        prefetched_used_bytes=verdict.get("scheduled_resident_bytes") if verdict["judged"] else None,
-        details={"hook_event": event, "replay": stats, "feedback": verdict})
-    if verdict["action"] == "relearn":
-        # leaves the index at the next refresh; learn=auto re-records it
-        mark_stale(conn, sid, reason=f"{verdict['bad_streak']} bad verdicts in a row (feedback)")
+        details={"hook_event": event, "replay": stats, "feedback": verdict,
+                 **({"not_timed": not_timed} if launch_s is None else {})})
+    if verdict["action"] in ("relearn", "stopped"):
+        # leaves the index at the next refresh; learn=auto re-records it, learn=off waits for a
+        # `warmstart record` + `analyze` by hand
+        why = ("not clearly faster than cold" if verdict["action"] == "stopped" or
+               verdict["slow_streak"] >= cfg.stale_after_bad else "bad verdicts")
+        mark_stale(conn, sid, reason=f"{max(verdict['bad_streak'], verdict['slow_streak'])} hooked launches "
+                                     f"in a row {why} (feedback): {verdict['reason']}")
     return lid, verdict
 
 
 def degraded(conn, cfg) -> Dict[str, str]:
-    """Apps whose latest `stale_after_bad` judged hooked launches were all bad: app -> reason.
-    What `hook status` and `report` show; with learn = "off" these apps are still prefetched."""
+    """Apps whose latest `stale_after_bad` verdicts (on the schedule of their latest hooked
+    launch) were all bad: app -> reason and what was done. What `hook status` and `report` show."""
     out = {}
     for app_id, name in launches.apps_with_hook_launches(conn):
-        history = judged_history(conn, app_id)
-        streak = bad_streak(history)
-        if streak >= cfg.stale_after_bad:
+        sid = launches.latest_hook_schedule(conn, app_id)
+        history = judged_history(conn, app_id, sid)
+        slow, streak = slow_streak(history), bad_streak(history)
+        if slow >= cfg.stale_after_bad:
+            what = ("re-learned on its next launch (learn = \"auto\")" if cfg.learn == "auto" else
+                    "no longer prefetched (learn = \"off\"): it left the hook index; re-record it with "
+                    "`warmstart record` and `warmstart analyze`, or set learn = \"auto\"")
+            last = next(v for v in reversed(history) if v.get("slow"))
+            out[name] = f"{slow} launches in a row not clearly faster than cold, the last: {last['reason']}; {what}"
+        elif streak >= cfg.stale_after_bad:
             what = ("re-learned on its next launch (learn = \"auto\")" if cfg.learn == "auto" else
                     "still prefetched (learn = \"off\"): re-record it with `warmstart record`, or set "
                     "learn = \"auto\" in the hook's config")
             out[name] = f"{streak} bad verdicts in a row, the last: {history[-1]['reason']}; {what}"
+    return out
+
+
+def hooked_apps(conn) -> List[dict]:
+    """Per app with hooked launches: how many, how many have an exact time, their median, the
+    cold reference, and why the latest untimed one has none. What `hook status` shows."""
+    out = []
+    for app_id, name in launches.apps_with_hook_launches(conn):
+        rows = launches.list_launches(conn, app_id=app_id, mode="hook")
+        times = [r["launch_time_s"] for r in rows if r["launch_time_s"] is not None]
+        untimed = [r for r in rows if r["launch_time_s"] is None]
+        cold = cold_reference(conn, app_id)
+        out.append({"app": name, "launches": len(rows), "timed": len(times), "not_timed": len(untimed),
+                    "median_s": statistics.median(times) if times else None,
+                    "cold_s": cold["median_s"] if cold else None,
+                    "not_timed_reason": (untimed[-1]["details"].get("not_timed") or "no exact time")
+                    if untimed else None})
     return out

@@ -19,7 +19,9 @@ warmstartd (and stopped by uninstall). Two jobs, one loop:
    replayer's stats file, which the replayer completes at the app's exit with the verdict's
    measurement taken there; feedback.judge() stores a `launches` row (mode "hook"). After
    `stale_after_bad` bad verdicts in a row the schedule is marked stale and the index refreshed
-   (learn = auto: re-learned), or the app is shown as degraded and kept (learn = off).
+   (learn = auto: re-learned), or the app is shown as degraded and kept (learn = off); after as
+   many launches in a row not clearly faster than cold it is marked stale and leaves the index
+   with learn = off too.
 """
 
 import hashlib
@@ -345,17 +347,28 @@ class Learner:
         with self.db() as conn:
             with transaction(conn):
                 known = feedback.stored(conn, r)
-                lid, v = known if known else feedback.judge(conn, r, stats, self.cfg)
+                running = [w.get("t_exec") for w, _ in self.waiting if w is not r and w.get("t_exec")]
+                lid, v = known if known else feedback.judge(conn, r, stats, self.cfg, running)
             try:
                 users.record_launch(conn, self.paths, r, lid, once=known is not None)
             except OSError as e:
                 _log(f"the view of user {r.get('uid')} not updated: {e}")
         return lid, v, known is not None
 
+    def _longest_hold_s(self) -> float:
+        """The longest hold of the index's entries (the config's cap if it cannot be read), s."""
+        from .index import read_index
+        try:
+            holds = [e.hold_ms for e in read_index(os.fsencode(self.paths.index)).entries]
+        except (OSError, WarmstartError):
+            holds = [self.cfg.max_hold_ms]
+        return max(holds, default=0) / 1000.0 + 0.25
+
     def judge_finished(self):
         if self.offset is None:
             self._load_feedback_state()
         changed, unsaved = 0, False
+        hold_s = self._longest_hold_s() if self.waiting else 0.0
         for item in list(self.waiting):
             r, seen = item
             # the replayer writes its report once the app has exited (or after waiting
@@ -379,6 +392,10 @@ class Learner:
                 stats = None
             if stats is None and not stored_before and time.time() - seen < REPLAYER_JUDGE_WAIT_S + 60:
                 continue
+            if stats is not None and time.monotonic() < ((stats.get("exit") or {}).get("t_measured") or 0) + hold_s:
+                # a launch that started before this one's exit is logged at its release, up to its
+                # hold later: judged once those are read (feedback.overlapping)
+                continue
             try:
                 lid, v, again = self._judge_one(r, stats)
             except Exception as e:  # a schedule deleted meanwhile, a locked DB: skip this launch
@@ -395,7 +412,7 @@ class Learner:
                 pass
             self.waiting.remove(item)
             self.looked_up.discard(stats_file)
-            self.refresh_due |= v.get("action") == "relearn"
+            self.refresh_due |= v.get("action") in ("relearn", "stopped")   # the app leaves the index
             changed += 1
             unsaved = len(self.waiting) >= 100 and changed % 100   # a long backlog: not each time
             if not unsaved:
@@ -404,12 +421,14 @@ class Learner:
                 continue
             what = f"hooked launch of schedule {r['schedule_id']}: launches row {lid}" + \
                 (" (stored before a restart)" if again else "")
-            if not v.get("judged"):
-                _log(f"{what}, not judged: {v.get('not_judged')}")
+            timed = "not timed" if v.get("not_timed") else "timed"
+            if not v.get("judged") and v.get("slow") is None:
+                _log(f"{what}, {timed}, not judged: {v.get('not_judged')}")
                 continue
             hit = "n/a" if v.get("hit_ratio") is None else f"{v['hit_ratio']:.0%}"
-            _log(f"{what}, hit ratio {hit}, missed {v.get('missed_bytes')} B"
-                 + (f"; bad ({v['reason']}), {v['bad_streak']} in a row" if v.get("bad") else "")
+            _log(f"{what}, {timed}, hit ratio {hit}, missed {v.get('missed_bytes')} B"
+                 + (f"; bad ({v['reason']}), {v['bad_streak']} in a row" if v.get("bad") else
+                    ("; accurate" if v.get("accurate") else ""))
                  + (f"; {v['action']}" if v.get("action") else ""))
         if unsaved:
             self._save_feedback_state()

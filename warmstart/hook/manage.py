@@ -130,6 +130,7 @@ def status(conn=None) -> dict:
     if conn is not None:
         out["sync"] = events.sync(conn, paths)
         out["degraded"] = feedback.degraded(conn, load_config(paths.config if paths.config.exists() else None))
+        out["hooked"] = feedback.hooked_apps(conn)
     out["launches"] = events.summary(paths)
     if os.geteuid() != 0:   # what the system hook does for this user (its own tree is above)
         out["system"] = users.view(system_paths())

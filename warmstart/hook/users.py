@@ -59,6 +59,8 @@ def record_launch(conn, paths: HookPaths, event: dict, launch_id: int, once: boo
     line = {"t": row["started_at"] or time.time(), "app": app["name"], "launch_s": row["launch_time_s"],
             "outcome": event.get("outcome"), "held_ms": event.get("held_ms"),
             "cold_s": statistics.median(cold) if cold else None, "launch_id": launch_id}
+    if row["launch_time_s"] is None:   # no exact time: said so, never a number
+        line["not_timed"] = row["details"].get("not_timed") or "no exact time"
     data = (json.dumps(line, sort_keys=True) + "\n").encode()
     paths.users.mkdir(mode=0o755, exist_ok=True)
     path = _file(paths, uid)
@@ -107,16 +109,25 @@ def view(paths: HookPaths, uid: Optional[int] = None) -> dict:
                 rows.append(json.loads(line))
             except ValueError:
                 continue
-    for app in sorted({r.get("app") for r in rows if r.get("app")}):
-        mine = [r for r in rows if r.get("app") == app and r.get("launch_s")]
-        if not mine:
-            continue
-        med = statistics.median(r["launch_s"] for r in mine)
+    for app in sorted({r.get("app") for r in rows if isinstance(r.get("app"), str)}):
+        mine = [r for r in rows if r.get("app") == app]
+        timed = [t for t in map(timed_s, mine) if t is not None]
+        med = statistics.median(timed) if timed else None
         cold = mine[-1].get("cold_s")
-        out["apps"].append({"app": app, "launches": len(mine), "median_s": med, "cold_s": cold,
-                            "gain": (1 - med / cold) if cold else None,
-                            "last": mine[-1].get("outcome"), "last_at": mine[-1].get("t")})
+        out["apps"].append({"app": app, "launches": len(mine), "timed": len(timed),
+                            "not_timed": len(mine) - len(timed), "median_s": med, "cold_s": cold,
+                            "gain": (1 - med / cold) if cold and med is not None else None,
+                            "last": mine[-1].get("outcome"), "last_at": mine[-1].get("t"),
+                            "last_not_timed": None if timed_s(mine[-1]) is not None
+                            else mine[-1].get("not_timed") or "no exact time"})
     return out
+
+
+def timed_s(line: dict) -> Optional[float]:
+    """A view line's exact launch time, or None: not timed (stored as null; lines written before
+    that may hold a -1 placeholder, which is no time either)."""
+    t = line.get("launch_s")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 else None
 
 
 def render(v: dict) -> str:
@@ -130,7 +141,14 @@ def render(v: dict) -> str:
         for a in v["apps"]:
             cold = f"{a['cold_s']:.3f}" if a["cold_s"] else "-"
             gain = f"{100 * a['gain']:.0f}%" if a["gain"] is not None else "-"
-            lines.append(f"  {a['app']}  {a['launches']}  {a['median_s']:.3f}  {cold}  {gain}  {a['last']}")
+            med = f"{a['median_s']:.3f}" if a["median_s"] is not None else "not timed"
+            lines.append(f"  {a['app']}  {a['launches']}  {med}  {cold}  {gain}  {a['last']}"
+                         + (f" ({a['not_timed']} not timed)" if a["not_timed"] else ""))
+        for a in v["apps"]:
+            if a["not_timed"]:
+                lines.append(f"  not timed: {a['app']}: {a['not_timed']} of {a['launches']} launch(es) have no "
+                             f"exact time, left out of the median and gain"
+                             + (f"; the last: {a['last_not_timed']}" if a["last_not_timed"] else ""))
     else:
         lines.append("your hooked launches: none yet")
     return "\n".join(lines)

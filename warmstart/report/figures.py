@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .summary import METHOD_ORDER, unprefetched  # noqa: E402
+from .summary import METHOD_ORDER, timed, unprefetched  # noqa: E402
 
 STYLE = {  # method: (gray fill, hatch, marker)
     "cold": ("0.15", "", "o"),
@@ -155,7 +155,10 @@ def history(launches: list, recordings: dict, stale: dict, stem: Path) -> list:
     stale: app -> [(stale_at, reason)]."""
     # A failed or unprefetched launch is no measurement of its method.
     launches = [r for r in launches if r["exit_status"] in (0, None) and not unprefetched(r)]
-    apps = sorted({r["app"] for r in launches})
+    # a launch without an exact time is no point on the time axis: a tick at the bottom instead
+    untimed = [r for r in launches if not timed(r)]
+    launches = [r for r in launches if timed(r)]
+    apps = sorted({r["app"] for r in launches + untimed})
     if not apps:
         return []
     fig, axes = plt.subplots(len(apps), 1, figsize=(8, 2.3 * len(apps) + 0.9), squeeze=False,
@@ -183,6 +186,11 @@ def history(launches: list, recordings: dict, stale: dict, stem: Path) -> list:
                     [r["launch_time_s"] for r in worse], linestyle="none", marker="D", markersize=11,
                     markerfacecolor="none", color="black", markeredgewidth=1.0,
                     label="degraded from here (kept)", zorder=4)
+        missing = [r for r in untimed if r["app"] == app]
+        if missing:
+            ax.plot([dt.datetime.fromtimestamp(r["started_at"]) for r in missing], [0] * len(missing),
+                    linestyle="none", marker="|", markersize=12, color="black", markeredgewidth=1.4,
+                    label="not timed (no exact time)", zorder=5, clip_on=False)
         for k, t in enumerate(recordings.get(app, [])):
             ax.axvline(dt.datetime.fromtimestamp(t), color="0.4", linestyle="--", linewidth=0.9,
                        label="(re-)recorded" if k == 0 else None)
@@ -203,6 +211,8 @@ def history(launches: list, recordings: dict, stale: dict, stem: Path) -> list:
         keys.append("x: the feedback judged the launch bad")
     if any(_feedback(r).get("action") == "degraded" for r in launches):
         keys.append("diamond: shown degraded, still prefetched")
+    if untimed:
+        keys.append(f"|: {len(untimed)} launch(es) not timed, left out")
     fig.suptitle("Launch times over time per application: does the gain last?\n(" + "; ".join(keys) + ")",
                  fontsize=10)
     return _save(fig, stem)

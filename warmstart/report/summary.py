@@ -96,6 +96,16 @@ def unprefetched(row: dict) -> bool:
     return row["mode"] not in NOT_PREFETCHED and bool((row.get("details") or {}).get("notes"))
 
 
+def timed(row: dict) -> bool:
+    """The launch has an exact time (hooked launches may not: launch_time_s NULL, with the reason
+    in details "not_timed"); one without never enters a median, a gain or a history."""
+    return row.get("launch_time_s") is not None
+
+
+def not_timed_reason(row: dict) -> str:
+    return (row.get("details") or {}).get("not_timed") or "no exact time"
+
+
 def _sum(values: Iterable) -> Optional[int]:
     v = [x for x in values if x is not None]
     return sum(v) if v else None
@@ -139,7 +149,9 @@ def _method_times(by_method: dict, disk: str, ref: Optional[dict]):
     without cold launches, the recordings' cold times on this disk (RECORDED_COLD)."""
     methods = {}
     for m in sorted(by_method, key=lambda m: (METHOD_ORDER.index(m) if m in METHOD_ORDER else 99, m)):
-        methods[m] = stats.spread(r["launch_time_s"] for r in by_method[m])
+        s = stats.spread(r["launch_time_s"] for r in by_method[m] if timed(r))
+        if s is not None:   # a method whose launches have no exact time has no times
+            methods[m] = s
     cold_source = "cold launches" if "cold" in methods else None
     if cold_source is None and ref and (ref["disk"] or "unknown") == disk:
         methods = {"cold": stats.spread(ref["times"]), **methods}
@@ -155,6 +167,7 @@ def _summarize_group(app: str, disk: str, rows: list, prefetch_method: Optional[
                      ref: Optional[dict], sp: Optional[dict]) -> dict:
     """summarize()'s dict for one (app, disk): ref its recorded cold times, sp its sorted pass."""
     ok = [r for r in rows if r["exit_status"] in (0, None) and not unprefetched(r)]
+    untimed = [r for r in ok if not timed(r)]
     by_method = {}
     for r in ok:
         by_method.setdefault(r["method"], []).append(r)
@@ -170,6 +183,8 @@ def _summarize_group(app: str, disk: str, rows: list, prefetch_method: Optional[
         "disk": disk,
         "launches": len(rows),
         "failed_launches": len(rows) - len(ok),
+        "not_timed": len(untimed),
+        "not_timed_reason": not_timed_reason(untimed[-1]) if untimed else None,
         "bench_ids": sorted({r["bench_id"] for r in rows if r["bench_id"]}),
         "methods": {m: dict(s.as_dict(), ratio_to_cold=stats.ratio(s.median, _med(cold)))
                     for m, s in methods.items()},

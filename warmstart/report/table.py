@@ -100,8 +100,12 @@ def render(summaries, title=None) -> str:
          for s in summaries])
     out += [f"stale: {s['app']}: {s['schedule_stale_reason']}" for s in summaries if s.get("schedule_stale_reason")]
     out += [f"degraded: {s['app']}: {s['degraded']}" for s in summaries if s.get("degraded")]
+    out += [f"not timed: {s['app']}: {s['not_timed']} launch(es) without an exact time, left out of the "
+            f"times (the last: {s['not_timed_reason']})" for s in summaries if s.get("not_timed")]
     out.append("err = measured/t_exp - 1; acc = prefetched-and-used/used;")
     out.append("waste = prefetched-unused/prefetched; age/stale of the schedule used")
+    if any(s["prefetch_method"] == "hook" for s in summaries):
+        out.append("hook: acc and waste not measured (residency at the exit; docs/hook.md)")
     out.append("")
 
     present = [m for m in METHOD_ORDER if any(m in s["methods"] for s in summaries)]
