@@ -158,7 +158,7 @@ def test_a_huge_sparse_view_costs_the_learner_no_memory_and_no_disk(tree, once, 
     paths = HookPaths(tree, tree / "var/lib/warmstart", tree / "run/warmstart", tree / "etc")
     paths.users.mkdir(parents=True, mode=0o755)
     conn = open_db(tree / "warmstart.db")
-    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', '/usr/bin/mail',"
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', CAST('/usr/bin/mail' AS BLOB),"
                        " '[]', ?)", (NOW,)).lastrowid
     lid = insert_launch(conn, app_id=app, mode="hook", launch_time_s=0.4, started_at=NOW)
     conn.close()
@@ -203,7 +203,7 @@ def test_launches_without_an_exact_time_are_shown_not_timed_and_never_enter_the_
     for d in (tree / "var", tree / "var/lib", paths.state):
         os.chmod(d, 0o755)
     conn = open_db(tree / "warmstart.db")
-    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', '/usr/bin/mail',"
+    app = conn.execute("INSERT INTO apps(name, executable, argv_json, created_at) VALUES ('mail', CAST('/usr/bin/mail' AS BLOB),"
                        " '[]', ?)", (NOW,)).lastrowid
     conn.execute("INSERT INTO recordings(app_id, started_at, launch_time_s, end_reason, backend, cold_method,"
                  " status) VALUES (?, ?, 2.0, 'exit', 'tracefs', 'drop_caches', 'ok')", (app, NOW))

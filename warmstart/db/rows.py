@@ -101,7 +101,7 @@ SPECS: Dict[str, Dict[str, _Col]] = {
                         "file_offset": I(0, BIG, null=True), "length": I(0, BIG), "orig_pos": I(0, U32, null=True)},
     "launches": {"id": I(1), "app_id": I(1, null=True), "schedule_id": I(1, null=True), "bench_id": T(null=True),
                  "mode": T(), "mechanism": T(null=True), "disk": T(null=True), "started_at": R(),
-                 "launch_time_s": R(), "exit_status": I(-I64, null=True), "prefetched_bytes": I(0, BIG, null=True),
+                 "launch_time_s": R(null=True), "exit_status": I(-I64, null=True), "prefetched_bytes": I(0, BIG, null=True),
                  "used_bytes": I(0, BIG, null=True), "prefetched_used_bytes": I(0, BIG, null=True),
                  "details_json": J(dict),
                  # report_rows' columns of the launch's app and schedule
