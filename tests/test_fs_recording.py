@@ -239,3 +239,20 @@ def test_dm_over_disk_counts_each_request_once(tmp_path):
     got = launch_requests(reqs, tree, [dm, sda], 0, 10 ** 9, kthread=lambda tid, comm: False,
                           sys_root=str(tmp_path))
     assert [(os.major(r.dev), r.sector) for r in got] == [(253, 0), (253, 800), (253, 5000), (8, 100)]
+
+
+def test_profile_disk_of_a_btrfs_directory_times_its_device(emu_btrfs, tmp_path):
+    """The directory's file system has an anonymous st_dev: the disk under it is profiled."""
+    import json
+    env = dict(os.environ, WARMSTART_DB=str(tmp_path / "w.db"))
+    r = subprocess.run([sys.executable, "-m", "warmstart", "profile-disk", "--samples", "1", "--json",
+                        str(emu_btrfs.mountpoint)], env=env, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert os.stat(out["device"]).st_rdev == emu_btrfs.dev and out["c_switch_s"] > 0, out
+
+
+def test_writable_dir_on_a_btrfs_device_is_found(emu_btrfs):
+    from warmstart.analyzer.profile import writable_dir_on
+    d = tempfile.mkdtemp(prefix="fsrec-w-", dir=emu_btrfs.mountpoint)
+    assert writable_dir_on(emu_btrfs.dev, candidates=("/nonexistent", d)) == d
