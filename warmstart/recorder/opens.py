@@ -18,7 +18,6 @@ from ..errors import WarmstartError
 FAN_CLASS_NOTIF = 0x0
 FAN_CLOEXEC = 0x1
 FAN_NONBLOCK = 0x2
-FAN_UNLIMITED_QUEUE = 0x10
 FAN_MARK_ADD = 0x1
 FAN_MARK_FILESYSTEM = 0x100
 FAN_OPEN = 0x20
@@ -41,7 +40,9 @@ class OpenWatch:
 
     def __enter__(self) -> "OpenWatch":
         libc = ctypes.CDLL(None, use_errno=True)
-        fd = libc.fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE,
+        # the kernel's default queue (16384 events): a busy machine's opens cannot grow it without
+        # bound during a long recording; past it names are lost (overflow) and the walk finds them
+        fd = libc.fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK,
                                 os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC)
         if fd < 0:
             err = ctypes.get_errno()
