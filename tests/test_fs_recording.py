@@ -256,3 +256,21 @@ def test_writable_dir_on_a_btrfs_device_is_found(emu_btrfs):
     from warmstart.analyzer.profile import writable_dir_on
     d = tempfile.mkdtemp(prefix="fsrec-w-", dir=emu_btrfs.mountpoint)
     assert writable_dir_on(emu_btrfs.dev, candidates=("/nonexistent", d)) == d
+
+
+def test_an_inode_of_no_mounted_file_system_is_named_not_dropped():
+    """A page-cache add of a file system not mounted here (another mount namespace) stays a file
+    of the launch, not mapped, with the reason; the block devices' own cache is not a file."""
+    from warmstart.model import PageAdd
+    from warmstart.recorder.mapping import statement
+    from warmstart.recorder.recorder import _on_files
+    fss = FileSystems()
+    unmounted = os.makedev(0, 4000)
+    root_dev = os.stat("/").st_dev
+    bdev_cache_ino = (os.major(root_dev) << 20) | os.minor(root_dev)
+    assert _on_files(fss, unmounted, 12) and not _on_files(fss, os.makedev(0, 3), bdev_cache_ino)
+    got = resolve_inodes({(unmounted, 12)}, [], fss)
+    m = statement(got.files, got.reasons, [PageAdd(t_ns=0, dev=unmounted, ino=12, first_index=0, nr_pages=3, tid=1)],
+                  [], fss, got.by_name, got.by_walk)
+    assert m["mapped_files"] == 0 and m["unmapped_files"] == 1
+    assert "mounted" in m["unmapped"][0]["reason"] and m["unmapped"][0]["bytes"] == 3 * 4096

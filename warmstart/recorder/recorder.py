@@ -278,10 +278,13 @@ def _refuse_bad_end(result: LaunchResult, opts: RecordOptions) -> None:
                              f"--allow-failure to record it anyway")
 
 
-def _on_files(fss: FileSystems, dev: int) -> bool:
-    """Is dev that of a file system's files (a mounted one, or any block device), rather than
-    the block devices' own cache (the bdev pseudo file system, 0:3)?"""
-    return fss.of_dev(dev) is not None or is_block_dev(dev)
+def _on_files(fss: FileSystems, dev: int, ino: int) -> bool:
+    """Is (dev, ino) a file's, rather than a block device's own cache (the bdev pseudo file
+    system: an unmounted anonymous dev, the inode numbered by the block device's kernel dev_t)?
+    A file of a file system not mounted here is a file: it is named as not mapped, not dropped."""
+    if fss.of_dev(dev) is not None or os.major(dev) != 0:
+        return True
+    return not is_block_dev(os.makedev(ino >> 20, ino & 0xFFFFF))
 
 
 def _fs_devices(fss: FileSystems, dev: int) -> List[int]:
@@ -302,8 +305,9 @@ def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: Re
     start, end = result.start_ns, result.end_ns
     tree = build_tree(task_events, result.pid, start, end)
     fss = FileSystems()
-    adds = [a for a in page_adds(task_events, tree, start, end) if _on_files(fss, a.dev)]
-    uses = [u for u in page_uses(task_events, tree, start, end) if _on_files(fss, u.dev)] if uses_traced else None
+    adds = [a for a in page_adds(task_events, tree, start, end) if _on_files(fss, a.dev, a.ino)]
+    uses = [u for u in page_uses(task_events, tree, start, end) if _on_files(fss, u.dev, u.ino)] \
+        if uses_traced else None
     devices = launch_devices(raw_requests, adds, tree, opts.devices, fs_devices=lambda d: _fs_devices(fss, d))
     requests = launch_requests(raw_requests, tree, devices, start, end)
     curve = CpuCurve(tree.intervals)
