@@ -6,6 +6,7 @@ of the block trace lie in those extents (btrfs: after the chunk tree's translati
 byte of them became a raw block range; and the recorder's statement of what it mapped."""
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -150,6 +151,8 @@ def test_overlay_files_map_to_the_lower_layer(emu_xfs, tmp_path, needs_tracefs):
         _check_mapped(conn, rid, shown, real={s: p for s, p in zip(shown, paths)})
     finally:
         subprocess.run(["umount", str(merged)], check=True)
+        for d in (upper, work, merged):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def test_a_file_that_cannot_be_mapped_is_named_with_its_reason(emu_hdd, tmp_path, needs_tracefs):
