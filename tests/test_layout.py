@@ -59,7 +59,7 @@ def test_packages_import_each_other_one_way():
 
 def test_shared_pieces_import_no_stage():
     edges = _imports()
-    for shared in ("model", "db", "devices", "fiemap", "signature", "mountinfo", "paths", "errors", "formats"):
+    for shared in ("model", "db", "devices", "fiemap", "fs", "signature", "mountinfo", "paths", "errors", "formats"):
         assert not edges.get(shared, set()) & STAGES, (shared, sorted(edges[shared] & STAGES))
 
 

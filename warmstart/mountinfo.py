@@ -2,7 +2,7 @@
 newline and backslash). The one reader of that file: everything that needs a mount asks here."""
 
 import os
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Optional
 
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -12,6 +12,8 @@ class Mount(NamedTuple):
     root: bytes       # the directory of the file system mounted here ("/": its root)
     target: bytes     # the mount point
     fstype: str
+    source: bytes = b""     # what was mounted ("/dev/loop0", "overlay", "tmpfs")
+    options: bytes = b""    # the file system's own (super) options ("lowerdir=...,upperdir=...")
 
 
 def unescape(field: bytes) -> bytes:
@@ -37,6 +39,20 @@ def mounts() -> List[Mount]:
             if len(fields) < 5:
                 continue
             major, _, minor = fields[2].partition(b":")
+            tail = right.split()
             out.append(Mount(os.makedev(int(major), int(minor)), unescape(fields[3]), unescape(fields[4]),
-                             right.split()[0].decode() if right.split() else ""))
+                             tail[0].decode() if tail else "", unescape(tail[1]) if len(tail) > 1 else b"",
+                             unescape(tail[2]) if len(tail) > 2 else b""))
     return out
+
+
+def mount_of_path(path: bytes, among: Optional[List[Mount]] = None) -> Optional[Mount]:
+    """The mount a path (absolute, symlinks resolved) lies on: the last-mounted of the longest
+    matching mount points (a later mount on the same point hides the earlier one)."""
+    best = None
+    for m in among if among is not None else mounts():
+        t = m.target.rstrip(b"/")
+        if path == m.target or path.startswith(t + b"/") or m.target == b"/":
+            if best is None or len(m.target) >= len(best.target):
+                best = m
+    return best

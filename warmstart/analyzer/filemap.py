@@ -15,8 +15,11 @@ range only if no file of the recording was skipped; otherwise it may have been a
 data and it is dropped (counted in `dropped_unmapped_bytes`).
 
 Devices: requests are on the device the tracer saw; a file's extents are relative to its file
-system's device. For a partition both coordinates are indexed: (partition, sector) and
-(whole disk, partition start + sector).
+system's data device (fs.FileSystem.data_device: the mounted device, btrfs's device from its
+device list, extents translated from btrfs logical addresses). For a partition both coordinates
+are indexed: (partition, sector) and (whole disk, partition start + sector). A file is the
+recorded one when its (dev, ino) as the page cache names it (fs.FileSystem.cache_key) is the
+recorded one.
 """
 
 import bisect
@@ -25,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..devices import disk_of
-from ..fiemap import mappable, mapped_extents, place
+from ..fiemap import mappable, place
+from ..fs import FileSystems
 from ..model import Extent, FileInfo, ScheduledFile
 from .sequence import Access
 
@@ -66,8 +70,10 @@ class FileMapReport:
         return d
 
 
-def _identity_problem(rf: FileInfo, st: os.stat_result) -> Optional[str]:
-    if st.st_dev != rf.dev or st.st_ino != rf.ino:
+def _identity_problem(rf: FileInfo, st: os.stat_result, key: Tuple[int, int]) -> Optional[str]:
+    """Why the file at rf.path is no longer the one recorded; key: its (dev, ino) as the page
+    cache names it now (fs.FileSystem.cache_key: btrfs's file system dev, not the subvolume's)."""
+    if key != (rf.dev, rf.ino):
         return "replaced (another inode at this path now)"
     if rf.size is not None and st.st_size != rf.size:
         return f"changed (size {rf.size} -> {st.st_size})"
@@ -76,12 +82,22 @@ def _identity_problem(rf: FileInfo, st: os.stat_result) -> Optional[str]:
     return None
 
 
+def _extents(fs, path: bytes) -> List[Extent]:
+    """The file's mapped extents now, on its file system's data device. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fs.extents(fd)
+    finally:
+        os.close(fd)
+
+
 class FileMap:
     """An index from (dev, sector) to the files of a launch, built from their FIEMAP now."""
 
     def __init__(self, files: Iterable[FileInfo], added_pages: Optional[Dict[Tuple[int, int], Set[int]]] = None,
                  used_pages: Optional[Dict[Tuple[int, int], List[Tuple[int, int]]]] = None):
         self.report = FileMapReport()
+        self.fss = FileSystems()
         self.added_pages = added_pages  # (dev, ino) -> page indexes the launch added; None: unknown
         self.used_pages = used_pages    # (dev, ino) -> sorted (first, last) page runs used; None: keep all
         self.files: List[ScheduledFile] = []
@@ -105,12 +121,16 @@ class FileMap:
         except OSError as e:
             self.report.skipped[name] = f"cannot stat: {e.strerror}"
             return
-        problem = _identity_problem(rf, st)
+        fs = self.fss.of_path(os.path.realpath(rf.path))
+        problem = _identity_problem(rf, st, fs.cache_key(rf.path, st) if fs else (st.st_dev, st.st_ino))
+        dev = fs.data_device() if fs is not None else None
+        if problem is None and dev is None:
+            problem = (fs.cannot_map() if fs else None) or "on no block device"
         if problem:
             self.report.skipped[name] = problem
             return
         try:
-            exts = mapped_extents(rf.path)
+            exts = _extents(fs, rf.path)
         except OSError as e:
             self.report.skipped[name] = f"no FIEMAP: {e.strerror}"
             return
@@ -122,13 +142,13 @@ class FileMap:
         moved = [(e.logical, e.physical, e.length) for e in recorded] != \
             [(e.logical, e.physical, e.length) for e in exts]
         self.report.moved_files += moved
-        disk, start = disk_of(st.st_dev)
-        targets = {(st.st_dev, 0), (disk, start)}
+        disk, start = disk_of(dev)
+        targets = {(dev, 0), (disk, start)}
         for e in recorded:
-            for dev, off in targets:
+            for tdev, off in targets:
                 s = off + e.physical // 512
-                self._idx.setdefault(dev, []).append((s, s + (e.length + 511) // 512, sf, e.logical,
-                                                      (rf.dev, rf.ino), (off, exts) if moved else None))
+                self._idx.setdefault(tdev, []).append((s, s + (e.length + 511) // 512, sf, e.logical,
+                                                       (rf.dev, rf.ino), (off, exts) if moved else None))
         for lst in self._idx.values():
             lst.sort(key=lambda t: t[0])
 

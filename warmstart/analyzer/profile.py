@@ -21,6 +21,7 @@ from .. import devices
 from ..db import profiles as profile_db
 from ..errors import WarmstartError
 from ..model import DiskProfile
+from ..fs import FileSystems
 from .probe import device_path, device_size, run
 
 MiB = 1 << 20
@@ -148,10 +149,15 @@ def class_profile(rotational: bool, size: int) -> DiskProfile:
 
 
 def writable_dir_on(dev: int, candidates=("/var/tmp", "/tmp", "/var/cache", "/root")) -> Optional[str]:
-    """A directory on the file system of device `dev` where a scratch file can be written."""
+    """A directory on a file system whose data is on device `dev` where a scratch file can be
+    written (btrfs: st_dev is anonymous, its device list says where the data is)."""
+    fss = FileSystems()
     for d in candidates:
         try:
-            if os.stat(d).st_dev == dev and os.access(d, os.W_OK):
+            if not os.access(d, os.W_OK):
+                continue
+            fs = fss.of_path(os.path.realpath(os.fsencode(d)))
+            if os.stat(d).st_dev == dev or (fs is not None and fs.data_device() == dev):
                 return d
         except OSError:
             continue

@@ -10,6 +10,20 @@ from ..analyzer.probe import check_direct, device_path
 from ..cli import emit, json_option
 from ..db.profiles import save_profile
 from ..errors import WarmstartError
+from ..fs import FileSystems
+
+
+def disk_of_dir(path: str) -> int:
+    """The block device holding the data of the file system of path (btrfs: from its device
+    list, not its anonymous st_dev); WarmstartError naming the fix where there is none."""
+    fs = FileSystems().of_path(os.path.realpath(os.fsencode(path)))
+    dev = fs.data_device() if fs is not None else None
+    if dev is None:
+        why = fs.cannot_map() if fs is not None else "on no mounted file system"
+        hint = " (overlayfs: give a directory of its lower layer)" if fs is not None and fs.name == "overlay" else ""
+        raise WarmstartError(f"{path}: {why or 'no block device'}; give a block device or a directory "
+                             f"of a disk's file system{hint}")
+    return dev
 
 
 @click.command("profile-disk")
@@ -36,7 +50,7 @@ def profile_disk(ctx, device, samples, strip_size, stripe_disks, as_json):
         st = os.stat(device)
     except OSError as e:
         raise WarmstartError(f"cannot stat {device}: {e.strerror}: give a block device such as /dev/sda")
-    dev = st.st_rdev if st.st_rdev else st.st_dev
+    dev = st.st_rdev if st.st_rdev else disk_of_dir(device)
     try:
         if not st.st_rdev:
             device = device_path(dev)

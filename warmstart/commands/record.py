@@ -9,6 +9,7 @@ from ..db import recordings as store
 from ..errors import WarmstartError
 from ..launching import parse_until
 from ..recorder.coldcache import METHODS
+from ..recorder.mapping import describe
 from ..recorder.recorder import RecordOptions, record_once
 
 
@@ -41,6 +42,7 @@ def summary(conn, rid: int) -> dict:
         "lost_events": rec["lost_events"], "status": rec["status"],
         "data_pages": pages, "resolved_data_pages_pct":
             round(100.0 * (env.get("resolved_data_pages") or 0) / pages, 1) if pages else None,
+        "mapping": env.get("mapping"),
     }
 
 
@@ -50,6 +52,7 @@ def _text(name, s) -> str:
              f"{s['requests'] - s['read_requests']} writes, CPU {s['cpu_total_s']:.3f} s",
              f"  cold cache: {s['cold_method']}, backend: {s['backend']}, "
              f"data pages resolved to paths: {s['resolved_data_pages_pct']}% of {s['data_pages']}"]
+    describe(s["mapping"], lambda line: lines.append("  " + line))
     if s["lost_events"]:
         lines.append(f"  WARNING: {s['lost_events']} trace events were lost; the recording is marked "
                      f"'lost-events' (record again on a quieter machine or with --buffer-kb larger)")

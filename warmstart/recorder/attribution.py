@@ -17,7 +17,7 @@ import re
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .events import READAHEAD, RA_EVENTS, USE_EVENTS, Event, filemap_pages, makedev
-from ..devices import sysfs_path
+from ..devices import disk_of, is_block_device, size_bytes, stack_below, sysfs_path
 from ..model import BlockRequest, PageAdd, UsedRun
 from .tasks import TaskTree
 
@@ -47,7 +47,7 @@ class KernelThreads:
 
 
 def is_block_dev(dev: int) -> bool:
-    return os.major(dev) != 0 and os.path.exists(sysfs_path(dev))
+    return is_block_device(dev)
 
 
 def page_adds(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: int) -> List[PageAdd]:
@@ -119,14 +119,18 @@ def merge_runs(spans: Iterable[Tuple[int, int]]) -> List[Tuple[int, int]]:
 
 
 def launch_devices(requests: Sequence[BlockRequest], adds: Sequence[PageAdd], tree: TaskTree,
-                   given: Sequence[int]) -> List[int]:
+                   given: Sequence[int], fs_devices=None) -> List[int]:
+    """The launch's block devices (see the module's doc). fs_devices(dev) gives the block devices
+    of the file system whose page-cache events carry dev (btrfs's anonymous 0:N -> its device
+    list; overlayfs -> none), so a launch reading only btrfs files still has its disk."""
     devs = list(given)
     for r in requests:
         if r.tid in tree.tids and r.dev not in devs:
             devs.append(r.dev)
-    for a in adds:
-        if a.dev not in devs and is_block_dev(a.dev):
-            devs.append(a.dev)
+    for dev in dict.fromkeys(a.dev for a in adds):
+        for d in (fs_devices(dev) if fs_devices else [dev] if is_block_dev(dev) else []):
+            if d not in devs:
+                devs.append(d)
     return devs
 
 
@@ -143,14 +147,31 @@ def lower_devices(devices: Sequence[int]) -> Set[int]:
     return out
 
 
+def stacked_below(devices: Sequence[int], sys_root: str = "/sys") -> List[Tuple[int, int, int]]:
+    """(dev, first sector, end sector) of everything under the launch's stacked devices (dm-crypt,
+    LVM, md: /sys/block/*/slaves; a slave partition also as its sectors of the whole disk): a
+    request on the top device is queued again, remapped, there, so only the top one counts."""
+    out = []
+    for dev in devices:
+        for below in stack_below(dev, sys_root):
+            out.append((below, 0, 1 << 62))
+            disk, start = disk_of(below, sys_root)
+            if disk != below:
+                out.append((disk, start, start + size_bytes(below, sys_root) // 512))
+    return out
+
+
 def launch_requests(requests: Sequence[BlockRequest], tree: TaskTree, devices: Sequence[int],
-                    start_ns: int, end_ns: int, kthread=None) -> List[BlockRequest]:
+                    start_ns: int, end_ns: int, kthread=None, sys_root: str = "/sys") -> List[BlockRequest]:
     kthread = kthread or KernelThreads()
     devs: Set[int] = set(devices) - lower_devices(devices)
+    below = stacked_below(devices, sys_root)
     out = []
     for r in requests:
         if not (start_ns <= r.issue_ns <= end_ns):
             continue
+        if any(r.dev == d and lo <= r.sector < hi for d, lo, hi in below):
+            continue   # the remapped copy of a request of the stacked device above
         if r.tid in tree.tids:
             r.pid = tree.tgid(r.tid)
             out.append(r)

@@ -31,7 +31,10 @@ from .cputime import CpuCurve, assign_cpu
 from .events import Event
 from ..model import BlockRequest, Recording
 from ..mountinfo import mounts
+from .mapping import statement
+from .opens import OpenWatch
 from .resolve import resolve_inodes
+from ..fs import FileSystems, fs_mount_points
 from .tasks import build_tree
 from .tracefs import Instance, clean_root
 
@@ -76,6 +79,7 @@ class Trace:
     lost_events: int
     backend: str
     uses_traced: bool
+    opens: List[bytes] = field(default_factory=list)   # names opened while tracing (opens.OpenWatch)
 
 
 class LaunchTrace:
@@ -90,12 +94,14 @@ class LaunchTrace:
         events, self.uses_traced = traced_task_events(root)
         self.tasks = Instance(root, "task", events, buffer_kb=buffer_kb,
                               options=("record-tgid", "event-fork"), event_pids=[seed])
+        self.opens = OpenWatch(fs_mount_points())
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> "LaunchTrace":
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.backend)
             stack.enter_context(self.tasks)
+            stack.enter_context(self.opens)
             self.tasks.start()
             self.backend.start()
             self._stack = stack.pop_all()
@@ -111,7 +117,7 @@ class LaunchTrace:
         self.tasks.stop()
         return Trace(requests=self.backend.requests(), task_events=self.tasks.take(),
                      lost_events=self.backend.lost_events() + self.tasks.lost_events(),
-                     backend=self.backend.name, uses_traced=self.uses_traced)
+                     backend=self.backend.name, uses_traced=self.uses_traced, opens=self.opens.take())
 
     def __exit__(self, *exc):
         return self._stack.__exit__(*exc)
@@ -274,6 +280,22 @@ def _refuse_bad_end(result: LaunchResult, opts: RecordOptions) -> None:
                              f"--allow-failure to record it anyway")
 
 
+def _on_files(fss: FileSystems, dev: int, ino: int) -> bool:
+    """Is (dev, ino) a file's, rather than a block device's own cache (the bdev pseudo file
+    system: an unmounted anonymous dev, the inode numbered by the block device's kernel dev_t)?
+    A file of a file system not mounted here is a file: it is named as not mapped, not dropped."""
+    if fss.of_dev(dev) is not None or os.major(dev) != 0:
+        return True
+    return not is_block_dev(os.makedev(ino >> 20, ino & 0xFFFFF))
+
+
+def _fs_devices(fss: FileSystems, dev: int) -> List[int]:
+    fs = fss.of_dev(dev)
+    if fs is None:
+        return [dev] if is_block_dev(dev) else []
+    return fs.devices()
+
+
 def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: RecordOptions,
                     result: LaunchResult, trace: Trace, cold: str, started_at: float,
                     warm_cpu_s: Optional[float] = None, owner_uid: Optional[int] = None) -> int:
@@ -284,15 +306,20 @@ def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: Re
     lost, uses_traced = trace.lost_events, trace.uses_traced
     start, end = result.start_ns, result.end_ns
     tree = build_tree(task_events, result.pid, start, end)
-    adds = page_adds(task_events, tree, start, end)
-    uses = [u for u in page_uses(task_events, tree, start, end) if is_block_dev(u.dev)] if uses_traced else None
-    devices = launch_devices(raw_requests, adds, tree, opts.devices)
+    fss = FileSystems()
+    adds = [a for a in page_adds(task_events, tree, start, end) if _on_files(fss, a.dev, a.ino)]
+    uses = [u for u in page_uses(task_events, tree, start, end) if _on_files(fss, u.dev, u.ino)] \
+        if uses_traced else None
+    devices = launch_devices(raw_requests, adds, tree, opts.devices, fs_devices=lambda d: _fs_devices(fss, d))
     requests = launch_requests(raw_requests, tree, devices, start, end)
     curve = CpuCurve(tree.intervals)
     tail = assign_cpu(requests, curve, start, end)
-    files = resolve_inodes({(a.dev, a.ino) for a in adds if is_block_dev(a.dev)})
+    names = [os.fsencode(executable)] + trace.opens
+    found = resolve_inodes({(a.dev, a.ino) for a in adds}, names, fss)
+    files = found.files
+    mapping = statement(files, found.reasons, adds, requests, fss, found.by_name, found.by_walk)
     resolved = {(f.dev, f.ino) for f in files if f.path is not None}
-    data_pages = sum(a.nr_pages for a in adds if is_block_dev(a.dev))
+    data_pages = sum(a.nr_pages for a in adds)
     resolved_pages = sum(a.nr_pages for a in adds if (a.dev, a.ino) in resolved)
 
     def rel(t):
@@ -315,6 +342,7 @@ def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: Re
         "data_pages": data_pages,
         "resolved_data_pages": resolved_pages,
         "task_events": len(task_events),
+        "mapping": mapping,
     }
     if uses is not None:
         env["used_pages"] = sum(u.nr_pages for u in uses)   # marks a recording that traced uses

@@ -1,0 +1,61 @@
+"""The generic file system: the page cache names files by (st_dev, ino), FIEMAP (if it has one)
+answers offsets on the mounted block device. Any fstype without a module of its own is this.
+metadata: see fs/metadata.py."""
+
+import os
+import stat
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+from ..devices import is_block_device
+from ..fiemap import mapped_extents_fd
+from ..model import Extent
+
+if TYPE_CHECKING:
+    from ..mountinfo import Mount
+
+
+class FileSystem:
+    fstypes: Tuple[str, ...] = ()
+    name = "generic"
+
+    def __init__(self, mount: "Mount", table=None):
+        self.mount = mount
+        self.table = table     # the FileSystems it was found in (overlay asks it for its layers)
+
+    @property
+    def dev(self) -> int:
+        """The dev_t its page-cache events carry (the superblock's)."""
+        return self.mount.dev
+
+    def devices(self) -> List[int]:
+        """Block devices holding its data: the mounted one (its dev, or the source's node)."""
+        if is_block_device(self.mount.dev):
+            return [self.mount.dev]
+        try:
+            st = os.stat(self.mount.source)
+        except (OSError, ValueError):
+            return []
+        return [st.st_rdev] if stat.S_ISBLK(st.st_mode) and is_block_device(st.st_rdev) else []
+
+    def data_device(self) -> Optional[int]:
+        """The block device extents() addresses (None: no block device)."""
+        devs = self.devices()
+        return devs[0] if devs else None
+
+    def cannot_map(self) -> Optional[str]:
+        """Why its files cannot be placed on a disk, or None if they can."""
+        if not self.devices():
+            return f"{self.mount.fstype} file system ({os.fsdecode(self.mount.source)}) has no block device"
+        return None
+
+    def cache_key(self, path: bytes, st: os.stat_result) -> Tuple[int, int]:
+        """(dev, ino) under which the page-cache events name the file at path."""
+        return self.dev, st.st_ino
+
+    def real_path(self, path: bytes) -> Optional[bytes]:
+        """The file whose page cache reads of path fill (itself, here)."""
+        return path
+
+    def extents(self, fd: int) -> List[Extent]:
+        """Mapped extents of the open file, physical = bytes on data_device(). Raises OSError."""
+        return mapped_extents_fd(fd)

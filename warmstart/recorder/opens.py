@@ -1,0 +1,91 @@
+"""The files opened while a launch runs, by name: fanotify FAN_OPEN|FAN_OPEN_EXEC marks on every
+file system that can hold a launch's file data. Turning inodes into paths from these names
+(resolve.py) needs no walk of whole file systems; the walk is left for what no open names (a
+file opened before the recording, or by a path of another namespace).
+
+The queue is read only after the launch (no work of ours while it runs): each event comes with
+an open fd of the file, whose /proc/self/fd link is its path here. Opens by every process are
+queued; any name is as good as the app's own, since resolve checks each name's (dev, ino).
+"""
+
+import ctypes
+import os
+import struct
+from typing import Iterable, List, Optional
+
+from ..errors import WarmstartError
+
+FAN_CLASS_NOTIF = 0x0
+FAN_CLOEXEC = 0x1
+FAN_NONBLOCK = 0x2
+FAN_MARK_ADD = 0x1
+FAN_MARK_FILESYSTEM = 0x100
+FAN_OPEN = 0x20
+FAN_OPEN_EXEC = 0x1000
+FAN_Q_OVERFLOW = 0x4000
+AT_FDCWD = -100
+_META = struct.Struct("=IBBHQii")       # fanotify_event_metadata
+
+
+class OpenWatch:
+    """`with OpenWatch(mount points):` queues the opens on their file systems; take() reads
+    them (once, after the launch) as paths. A file system that refuses a mark is named in
+    `unmarked`; the recording goes on (the walk covers it)."""
+
+    def __init__(self, targets: Iterable[bytes]):
+        self.targets = list(targets)
+        self.fd: Optional[int] = None
+        self.unmarked: List[bytes] = []
+        self.overflow = False
+
+    def __enter__(self) -> "OpenWatch":
+        libc = ctypes.CDLL(None, use_errno=True)
+        # the kernel's default queue (16384 events): a busy machine's opens cannot grow it without
+        # bound during a long recording; past it names are lost (overflow) and the walk finds them
+        fd = libc.fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK,
+                                os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise WarmstartError(f"fanotify_init: {os.strerror(err)} (needs root and a kernel with fanotify)")
+        self.fd = fd
+        mark = libc.fanotify_mark
+        mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+        for t in self.targets:
+            if mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_OPEN | FAN_OPEN_EXEC, AT_FDCWD, t) != 0:
+                self.unmarked.append(t)
+        return self
+
+    def take(self) -> List[bytes]:
+        """The paths opened since __enter__ (each once, in order of the first open)."""
+        seen, out = set(), []
+        while self.fd is not None:
+            try:
+                buf = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            if not buf:
+                break
+            pos = 0
+            while pos + _META.size <= len(buf):
+                event_len, _, _, _, mask, efd, _ = _META.unpack_from(buf, pos)
+                pos += max(event_len, _META.size)
+                if mask & FAN_Q_OVERFLOW:
+                    self.overflow = True
+                if efd < 0:
+                    continue
+                try:
+                    path = os.readlink(f"/proc/self/fd/{efd}".encode())
+                except OSError:
+                    path = None
+                finally:
+                    os.close(efd)
+                if path and path.startswith(b"/") and not path.endswith(b" (deleted)") and path not in seen:
+                    seen.add(path)
+                    out.append(path)
+        return out
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        return False
