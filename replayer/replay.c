@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "openpath.h"
 #include "pressure.h"
 #include "residency.h"
 
@@ -114,7 +115,7 @@ static int open_checked(struct ctx *c, uint32_t no)
 	if (f->kind == WSR_KIND_FILE)
 		flags |= O_NOATIME;
 	for (;;) {
-		fd = open(path, flags);
+		fd = replay_open_path(path, flags);
 		if (fd >= 0)
 			break;
 		if (errno == EPERM && (flags & O_NOATIME)) {  /* not the owner: O_NOATIME not allowed */
@@ -124,7 +125,7 @@ static int open_checked(struct ctx *c, uint32_t no)
 		}
 		if (errno == EMFILE || errno == ENFILE) {
 			close_all(c);
-			fd = open(path, flags);
+			fd = replay_open_path(path, flags);
 			if (fd >= 0)
 				break;
 		}
@@ -171,6 +172,11 @@ static int file_fd(struct ctx *c, uint32_t no)
 	if (c->fds[no] == FD_UNOPENED)
 		c->fds[no] = open_checked(c, no);
 	return c->fds[no];
+}
+
+static int meta_open(void *c, uint32_t no)
+{
+	return file_fd(c, no);
 }
 
 /* ---- memory pressure ---- */
@@ -370,6 +376,10 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 		if (release_at == 0)
 			release(&c, order, 0);   /* interleave (or an empty pre-buffer): the app runs alongside */
 		check_pressure(&c, 0, st->bytes_scheduled);
+		/* the metadata the block-device ranges cannot warm, all of it before any data */
+		uint64_t t_meta = mono_ns();
+		rc = fsmeta_warm(s, meta_open, &c, &st->meta);
+		st->meta.ns = mono_ns() - t_meta;
 		fetch_plan(&c, order, release_at);
 		release(&c, order, release_at);   /* no-op unless everything was before the release point */
 		e->drain(e);

@@ -13,7 +13,8 @@ from typing import List
 from .. import devices
 from ..errors import WarmstartError
 from ..formats import wsr
-from ..formats.wsr import KIND_BLOCKDEV, KIND_FILE, WsrFile, WsrSegment
+from ..formats.wsr import FILE_WARM_META, KIND_BLOCKDEV, KIND_FILE, WsrFile, WsrSegment
+from ..fs import metadata as fs_metadata
 from ..paths import replace_file
 
 
@@ -43,14 +44,18 @@ def contents(schedule) -> wsr.WsrContents:
     files: List[WsrFile] = []
     file_index = {}
 
-    def add_file(key, path: bytes, dev, ino, size, mtime_ns, kind):
+    def add_file(key, path: bytes, dev, ino, size, mtime_ns, kind, flags=0):
         if key not in file_index:
             file_index[key] = len(files)
-            files.append(WsrFile(path, dev, ino, size, mtime_ns, kind))
+            files.append(WsrFile(path, dev, ino, size, mtime_ns, kind, flags))
         return file_index[key]
 
+    # files on a file system whose metadata raw device reads cannot warm: the replayer's
+    # metadata step warms it through the file system (decided by the mounts of this machine now)
+    through_fs = {d for d, m in fs_metadata.modes({f.dev for f in schedule.files}).items() if m == fs_metadata.FS}
     for f in schedule.files:
-        add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE)
+        add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE,
+                 FILE_WARM_META if f.dev in through_fs else 0)
     segs: List[WsrSegment] = []
     ranges: List[tuple] = []      # wsr.WsrRange's fields
     for k, seg in enumerate(schedule.segments):
