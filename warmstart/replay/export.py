@@ -14,7 +14,7 @@ from .. import devices
 from ..errors import WarmstartError
 from ..formats import wsr
 from ..formats.wsr import FILE_WARM_META, KIND_BLOCKDEV, KIND_FILE, WsrFile, WsrSegment
-from ..fs import metadata as fs_metadata
+from ..fs import metadata
 from ..paths import replace_file
 
 
@@ -39,8 +39,9 @@ def block_device_node(dev: int) -> bytes:
     return os.fsencode(node)
 
 
-def contents(schedule) -> wsr.WsrContents:
-    """What the replayer is to see of a warmstart.db.schedules.Schedule."""
+def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
+    """What the replayer is to see of a warmstart.db.schedules.Schedule. fs_metadata: mark the
+    files whose metadata the replayer is to warm through their file system (False: none)."""
     files: List[WsrFile] = []
     file_index = {}
 
@@ -52,7 +53,8 @@ def contents(schedule) -> wsr.WsrContents:
 
     # files on a file system whose metadata raw device reads cannot warm: the replayer's
     # metadata step warms it through the file system (decided by the mounts of this machine now)
-    through_fs = {d for d, m in fs_metadata.modes({f.dev for f in schedule.files}).items() if m == fs_metadata.FS}
+    through_fs = {d for d, m in metadata.modes({f.dev for f in schedule.files}).items()
+                  if m == metadata.FS} if fs_metadata else set()
     for f in schedule.files:
         add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE,
                  FILE_WARM_META if f.dev in through_fs else 0)
@@ -80,18 +82,18 @@ def contents(schedule) -> wsr.WsrContents:
     return wsr.WsrContents(schedule.id or 0, files, segs, ranges)
 
 
-def encode(schedule) -> bytes:
+def encode(schedule, fs_metadata: bool = True) -> bytes:
     """The .wsr bytes for a warmstart.db.schedules.Schedule."""
-    return wsr.encode(contents(schedule))
+    return wsr.encode(contents(schedule, fs_metadata))
 
 
-def export_in_memory(schedule) -> int:
+def export_in_memory(schedule, fs_metadata: bool = True) -> int:
     """The export for `schedule` in an anonymous in-memory file (memfd), as an open fd whose
     /dev/fd path the replayer can open: nothing on disk to write, clean up or leave behind when
     killed (what `warmstart run` hands its replayer)."""
     fd = os.memfd_create("warmstart-schedule.wsr", os.MFD_CLOEXEC)
     try:
-        data = encode(schedule)
+        data = encode(schedule, fs_metadata)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
