@@ -15,6 +15,7 @@
  * tree, so inode order walks that tree's leaves in key order, neighbours sharing a leaf. */
 #include "fsmeta.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -28,8 +29,8 @@
 struct dir {
 	const char *path;   /* a prefix of a marked file's path (not NUL-terminated) */
 	uint32_t len;
-	int fd;
-	uint64_t dev, ino;
+	uint32_t depth;     /* "/" 0, "/usr" 1, "/usr/lib" 2 */
+	uint64_t ino;       /* from its parent's entry (d_ino) once that is read; 0 before */
 };
 
 struct file_ref {
@@ -49,11 +50,13 @@ static int by_path(const void *pa, const void *pb)
 	return c ? c : cmp_u64(a->len, b->len);
 }
 
+static const struct dir *sort_dirs;
+
 static int dir_by_inode(const void *pa, const void *pb)
 {
-	const struct dir *a = pa, *b = pb;
-	int c = cmp_u64(a->dev, b->dev);
-	return c ? c : cmp_u64(a->ino, b->ino);
+	const struct dir *a = &sort_dirs[*(const uint32_t *)pa], *b = &sort_dirs[*(const uint32_t *)pb];
+	int c = cmp_u64(a->ino, b->ino);
+	return c ? c : cmp_u64(*(const uint32_t *)pa, *(const uint32_t *)pb);
 }
 
 static int file_by_inode(const void *pa, const void *pb)
@@ -80,6 +83,7 @@ static int64_t collect_dirs(const struct wsr_schedule *s, struct dir **out)
 		const struct wsr_file *f = &s->files[i];
 		if (!marked(f))
 			continue;
+		uint32_t depth = 0;
 		for (uint32_t j = 0; j < f->path_len; j++) {
 			if (f->path[j] != '/')
 				continue;
@@ -92,7 +96,7 @@ static int64_t collect_dirs(const struct wsr_schedule *s, struct dir **out)
 				}
 				d = nd;
 			}
-			d[n++] = (struct dir){ f->path, j ? j : 1, -1, 0, 0 };   /* "/" for the first */
+			d[n++] = (struct dir){ f->path, j ? j : 1, depth++, 0 };   /* "/" for the first */
 		}
 	}
 	if (n)
@@ -113,48 +117,96 @@ static int open_dir(const struct dir *d)
 	return replay_open_path(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
 }
 
-/* Reads the directory to its end; returns the bytes of entries, or -errno. */
-static int64_t read_dir(int fd)
+struct dirent64_k {      /* what getdents64 returns */
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+/* The inode number the entry `name` of directory d gives its child directory, if that is one
+ * of ours (dirs[] sorted by path). */
+static void note_child(struct dir *dirs, size_t n, const struct dir *d, const char *name, uint64_t ino)
 {
-	static char buf[32768];
+	char path[WSR_MAX_PATH + 1];
+	size_t nl = strlen(name), at = d->len > 1 ? d->len : 0;
+	if (at + 1 + nl > WSR_MAX_PATH)
+		return;
+	memcpy(path, d->path, at);
+	path[at] = '/';
+	memcpy(path + at + 1, name, nl);
+	struct dir key = { path, (uint32_t)(at + 1 + nl), 0, 0 };
+	struct dir *child = bsearch(&key, dirs, n, sizeof(*dirs), by_path);
+	if (child)
+		child->ino = ino;
+}
+
+/* Reads directory d to its end, noting its children's inode numbers; returns the bytes of
+ * entries, or -errno. */
+static int64_t read_dir(int fd, struct dir *dirs, size_t n, const struct dir *d)
+{
+	static char buf[32768] __attribute__((aligned(8)));
 	int64_t total = 0;
 	for (;;) {
-		long n = syscall(SYS_getdents64, fd, buf, sizeof(buf));
-		if (n < 0 && errno == EINTR)
+		long got = syscall(SYS_getdents64, fd, buf, sizeof(buf));
+		if (got < 0 && errno == EINTR)
 			continue;
-		if (n < 0)
+		if (got < 0)
 			return -errno;
-		if (n == 0)
+		if (got == 0)
 			return total;
-		total += n;
+		total += got;
+		for (long at = 0; at < got;) {
+			const struct dirent64_k *e = (const void *)(buf + at);
+			if ((e->d_type == DT_DIR || e->d_type == DT_UNKNOWN) && strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+				note_child(dirs, n, d, e->d_name, e->d_ino);
+			at += e->d_reclen;
+		}
 	}
 }
 
-static void warm_dirs(struct dir *d, size_t n, struct fsmeta_stats *st)
+/* Level by level from "/" down: each level's directories opened and read in the order of the
+ * inode numbers their parents' entries gave (a lookup needs its parent's blocks, so a level
+ * cannot start before the one above it is read; within a level the order is free). Opening
+ * them in path order instead jumped between XFS allocation groups at every step (new
+ * directories are spread over the groups): 83 directories took 0.28 s, the sweep ... */
+static void warm_dirs(struct dir *dirs, size_t n, struct fsmeta_stats *st)
 {
-	for (size_t i = 0; i < n; i++) {   /* path order: each lookup finds its parent cached */
-		struct stat sb;
-		d[i].fd = open_dir(&d[i]);
-		if (d[i].fd >= 0 && fstat(d[i].fd, &sb) == 0) {
-			d[i].dev = sb.st_dev;
-			d[i].ino = sb.st_ino;
+	uint32_t *ord = malloc((n ? n : 1) * sizeof(*ord));
+	uint32_t maxdepth = 0;
+	if (!ord) {
+		st->dir_errors += n;
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		maxdepth = dirs[i].depth > maxdepth ? dirs[i].depth : maxdepth;
+	sort_dirs = dirs;
+	for (uint32_t depth = 0; depth <= maxdepth; depth++) {
+		size_t m = 0;
+		for (size_t i = 0; i < n; i++)
+			if (dirs[i].depth == depth)
+				ord[m++] = (uint32_t)i;
+		qsort(ord, m, sizeof(*ord), dir_by_inode);
+		for (size_t k = 0; k < m; k++) {
+			const struct dir *d = &dirs[ord[k]];
+			int fd = open_dir(d);
+			int64_t got = fd >= 0 ? read_dir(fd, dirs, n, d) : -1;
+			if (got < 0) {
+				st->dir_errors++;
+			} else {
+				st->dirs++;
+				st->dirents_bytes += (uint64_t)got;
+			}
+			if (fd >= 0)
+				close(fd);
 		}
 	}
-	qsort(d, n, sizeof(*d), dir_by_inode);
-	for (size_t i = 0; i < n; i++) {
-		int64_t got = d[i].fd >= 0 ? read_dir(d[i].fd) : -1;
-		if (got < 0) {
-			st->dir_errors++;
-		} else {
-			st->dirs++;
-			st->dirents_bytes += (uint64_t)got;
-		}
-		if (d[i].fd >= 0)
-			close(d[i].fd);
-	}
+	free(ord);
 }
 
-int fsmeta_warm(const struct wsr_schedule *s, fsmeta_open_fn open_file, void *ctx, struct fsmeta_stats *st)
+int fsmeta_warm(const struct wsr_schedule *s, const bool *in_prebuffer, fsmeta_open_fn open_file, void *ctx,
+		struct fsmeta_stats *st)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < s->nfiles; i++)
@@ -173,7 +225,7 @@ int fsmeta_warm(const struct wsr_schedule *s, fsmeta_open_fn open_file, void *ct
 	free(dirs);
 	n = 0;
 	for (uint32_t i = 0; i < s->nfiles; i++)
-		if (marked(&s->files[i]))
+		if (marked(&s->files[i]) && !(in_prebuffer && in_prebuffer[i]))
 			files[n++] = (struct file_ref){ i, s->files[i].dev, s->files[i].ino };
 	qsort(files, n, sizeof(*files), file_by_inode);
 	for (uint32_t i = 0; i < n; i++) {

@@ -4,6 +4,7 @@
 #ifndef FSMETA_H
 #define FSMETA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "wsr_format.h"
@@ -19,8 +20,11 @@ struct fsmeta_stats {
 /* Opens (and checks) scheduled file `no`; returns an fd the caller keeps, or < 0. */
 typedef int (*fsmeta_open_fn)(void *ctx, uint32_t no);
 
-/* Reads every directory on the marked files' paths to its end (getdents), in inode order, then
- * opens the marked files through open_file in inode order. Returns 0 or -ENOMEM. */
-int fsmeta_warm(const struct wsr_schedule *s, fsmeta_open_fn open_file, void *ctx, struct fsmeta_stats *st);
+/* Reads every directory on the marked files' paths to its end (getdents), level by level in
+ * inode order, then opens through open_file, in inode order, the marked files the pre-buffer
+ * does not read (in_prebuffer[file_no]; NULL: none): the pre-buffer's sweep opens its own files
+ * in disk order on its way. Returns 0 or -ENOMEM. */
+int fsmeta_warm(const struct wsr_schedule *s, const bool *in_prebuffer, fsmeta_open_fn open_file, void *ctx,
+		struct fsmeta_stats *st);
 
 #endif
