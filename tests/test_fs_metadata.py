@@ -3,6 +3,7 @@ ext4 by block-device reads, XFS and btrfs through the file system (the replayer'
 and raw block-device ranges only where they can help."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -10,7 +11,8 @@ import pytest
 
 from conftest import have_tracefs, require
 from replay_helpers import REPLAY, file_range, make_app, run_replayer, save, scheduled_file
-from warmstart.analyzer.analyze import Options, analyze
+from warmstart.analyzer import inputs
+from warmstart.analyzer.analyze import add_file_metadata, build_sequence, file_map, map_sequence
 from warmstart.db import open_db
 from warmstart.db.schedules import load_active_schedule
 from warmstart.formats import wsr
@@ -44,10 +46,11 @@ def test_raw_reads_help_only_inside_an_ext4():
 NAMES = 300     # entries per directory: long names make each directory several blocks / leaves
 
 
-def _tree(disk, tag):
+def _tree(disk, tag, request, tmp_path):
     """Two packages of NAMES small files each, created interleaved; returns (dirs, files read)."""
-    base = disk.mountpoint / f"fsmeta-{tag}-{os.getpid()}"
+    base = disk.mountpoint / f"fsmeta-{tag}-{os.getpid()}-{tmp_path.name}"
     dirs = [base / "pkg0" / "sub", base / "pkg1" / "sub"]
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))   # the disk is the session's
     for d in dirs:
         d.mkdir(parents=True)
     for k in range(NAMES):
@@ -75,7 +78,7 @@ def _walk_reads(disk, dirs, files) -> int:
 def test_metadata_step_warms_the_file_system_itself(fs, request, tmp_path):
     require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
     disk = request.getfixturevalue(f"emu_{fs}")
-    dirs, files = _tree(disk, fs)
+    dirs, files = _tree(disk, fs, request, tmp_path)
     conn = open_db(tmp_path / "db")
     make_app(conn, "t", [sys.executable])
     sfs = [scheduled_file(p) for p in files]
@@ -100,32 +103,36 @@ def test_metadata_step_warms_the_file_system_itself(fs, request, tmp_path):
 
 # ---- the analyzer schedules raw ranges only where they help ---------------------------------------
 
-def _record_and_analyze(disk, tag, tmp_path):
+def _record_and_map(disk, tag, request, tmp_path):
+    """Record a cold `cat` of files on the disk and run the analyzer's file map and metadata
+    steps on it (what analyze() schedules): (the file map's report, the raw ranges of the disk)."""
     require(have_tracefs(), "needs root and tracefs")
-    dirs, files = _tree(disk, tag)
+    dirs, files = _tree(disk, tag, request, tmp_path)
     db = tmp_path / "db"
     argv = ["/bin/cat", *map(str, files)]
     p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), "record", "--name", tag, "--", *argv],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     conn = open_db(db)
-    report = analyze(conn, tag, Options(probe="disk"))
-    sched = load_active_schedule(conn, tag)
-    raw = [r for s in sched.segments for r in s.ranges if r.file is None and r.dev == disk.dev]
-    return report, raw
+    recs = inputs.recordings(conn, inputs.app_id(conn, tag), ())
+    rids = [r.id for r in recs]
+    fmap = file_map(conn, rids)
+    _, items = map_sequence(build_sequence(conn, recs, None), fmap)
+    add_file_metadata(items)
+    return fmap.report, [p for ps in items for p in ps if p.file is None and p.dev == disk.dev]
 
 
-def test_ext4_schedules_keep_block_device_metadata(emu_hdd, tmp_path):
-    report, raw = _record_and_analyze(emu_hdd, "ext4", tmp_path)
+def test_ext4_schedules_keep_block_device_metadata(emu_hdd, request, tmp_path):
+    report, raw = _record_and_map(emu_hdd, "ext4", request, tmp_path)
     assert raw, "ext4: the files' inode, directory and extent blocks are read through the block device"
-    assert not report["filemap"]["raw_dropped"]
+    assert report.dropped_raw_bytes == 0 and not report.raw_dropped
 
 
 @pytest.mark.parametrize("fs", ["xfs", "btrfs"])
 def test_no_block_device_ranges_where_they_cannot_help(fs, request, tmp_path):
     disk = request.getfixturevalue(f"emu_{fs}")
-    report, raw = _record_and_analyze(disk, fs, tmp_path)
+    report, raw = _record_and_map(disk, fs, request, tmp_path)
     assert raw == []
     key = f"{os.major(disk.dev)}:{os.minor(disk.dev)}"
-    # the launch did read metadata there (REQ_META, unmapped): dropped, with the reason
-    assert report["filemap"]["dropped_raw_bytes"] > 0 and key in report["filemap"]["raw_dropped"], report["filemap"]
+    # the launch did read metadata there (unmapped): dropped, with the reason
+    assert report.dropped_raw_bytes > 0 and key in report.raw_dropped, report

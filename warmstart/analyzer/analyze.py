@@ -94,6 +94,13 @@ def build_sequence(conn, recs, k: Optional[int]) -> LaunchSequence:
     return merge_recordings(seqs, k)
 
 
+def file_map(conn, rids: Sequence[int], trim_unused: bool = True) -> FileMap:
+    """The recordings' files as they are now, with the raw-range policy of this machine's mounts
+    (unmapped reads kept only where a raw read of the device can help: warmstart/fs/metadata.py)."""
+    return FileMap(inputs.files(conn, rids), inputs.added_pages(conn, rids),
+                   inputs.used_pages(conn, rids) if trim_unused else None, fs_metadata.RawReadPolicy())
+
+
 def map_sequence(seq: LaunchSequence, fmap: FileMap):
     """Pieces of every p_i; an access with nothing left (deleted file) gives its CPU to the previous."""
     items: List[List[Piece]] = []
@@ -372,8 +379,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
 
     say("building the launch sequence")
     seq = build_sequence(conn, recs, opts.runs_threshold)                           # 2
-    fmap = FileMap(inputs.files(conn, rids), inputs.added_pages(conn, rids),       # 3
-                   inputs.used_pages(conn, rids) if opts.trim_unused else None, fs_metadata.RawReadPolicy())
+    fmap = file_map(conn, rids, opts.trim_unused)                                   # 3
     kept, items = map_sequence(seq, fmap)
     if not items:
         raise WarmstartError(f"nothing left to prefetch for {app_name!r} (no reads, or every file changed "
