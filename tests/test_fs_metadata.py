@@ -136,3 +136,16 @@ def test_no_block_device_ranges_where_they_cannot_help(fs, request, tmp_path):
     key = f"{os.major(disk.dev)}:{os.minor(disk.dev)}"
     # the launch did read metadata there (unmapped): dropped, with the reason
     assert report.dropped_raw_bytes > 0 and key in report.raw_dropped, report
+
+
+def test_export_marks_the_files_the_analyzer_named():
+    """The analyzer stores which file systems to warm through (params fs_metadata_devs); the
+    export marks exactly those files, whatever this machine's mounts say."""
+    from warmstart.model import Schedule, ScheduledFile
+    files = [ScheduledFile(b"/x/a", 5, 10, 1, 1, 1), ScheduledFile(b"/y/b", 6, 11, 1, 1, 1)]
+    sched = Schedule(None, "t", "test", "model", 0.1, 0, 0, [], [], files, {}, params={"fs_metadata_devs": [5]})
+    assert [f.flags for f in contents(sched).files] == [wsr.FILE_WARM_META, 0]
+    assert [f.flags for f in contents(sched, fs_metadata=False).files] == [0, 0]
+    # no decision stored (an older or imported schedule): this machine's mounts decide
+    sched.params = {}
+    assert [f.flags for f in contents(sched).files] == [wsr.FILE_WARM_META] * 2   # devs 5, 6: no mount

@@ -398,7 +398,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
 
     used_files = sorted({r.file for s in segments for r in s.ranges if r.file is not None}, key=lambda f: f.path)
     extents = {i: fmap.extents[f] for i, f in enumerate(used_files)}                # 7
-    params = {"probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
+    params = {"fs_metadata_devs": fs_metadata.warm_through_fs({f.dev for f in used_files}),
+              "probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
               "file_metadata": file_meta, "gap_merge_bytes": order.gap_bytes, "merged_gaps": order.merged_gaps,
               "skipped_gaps": order.skipped_gaps, "strip_bytes": order.strip, "stripe_disks": order.disks,
               "t_model_s": chosen.t_model, "compare": seg.compare, "model_error": seg.model_error,

@@ -11,9 +11,11 @@
   replayer/fsmeta.c). This is also the answer for any file system not known here, and for a
   device no mount names (btrfs's anonymous st_dev): a raw read never helps where we cannot tell.
 
-overlay: its st_dev is the overlay's own, so the lower file system's metadata cannot be found by
-LBA from it; the walk through the overlay looks up (and so warms) the lower layer's inodes and
-directories whatever file system holds them.
+overlay: the lower file system decides what can: its files' st_dev is the overlay's own, so
+their metadata cannot be found by LBA from it, and they are warmed through the overlay, whose
+lookups and listings warm the lower layer's inodes and directories whatever file system holds
+them; the raw reads a launch made of the lower layer's device are judged by that device's own
+mount (RawReadPolicy: kept on an ext4 lower layer, dropped on XFS or btrfs).
 """
 
 import os
@@ -44,6 +46,13 @@ def modes(devs: Iterable[int], mount_list: Optional[List[Mount]] = None) -> Dict
     """st_dev -> metadata mode for each of devs; a device no mount names is "fs"."""
     types = fstypes(mount_list)
     return {d: metadata_mode(types.get(d)) for d in devs}
+
+
+def warm_through_fs(devs: Iterable[int], mount_list: Optional[List[Mount]] = None) -> List[int]:
+    """Those of devs (st_dev of scheduled files) whose metadata the replayer is to warm through
+    the file system (sorted: a schedule stores it, `fs_metadata_devs`, and its export marks those
+    files WSR_FILE_WARM_META)."""
+    return sorted(d for d, m in modes(devs, mount_list).items() if m == FS)
 
 
 class RawReadPolicy:

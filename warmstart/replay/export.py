@@ -52,9 +52,12 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
         return file_index[key]
 
     # files on a file system whose metadata raw device reads cannot warm: the replayer's
-    # metadata step warms it through the file system (decided by the mounts of this machine now)
-    through_fs = {d for d, m in metadata.modes({f.dev for f in schedule.files}).items()
-                  if m == metadata.FS} if fs_metadata else set()
+    # metadata step warms it through the file system (as the analyzer decided; a schedule from
+    # before that, or imported, asks this machine's mounts now)
+    through_fs = set()
+    if fs_metadata:
+        devs = schedule.params.get("fs_metadata_devs")
+        through_fs = set(devs if devs is not None else metadata.warm_through_fs({f.dev for f in schedule.files}))
     for f in schedule.files:
         add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE,
                  FILE_WARM_META if f.dev in through_fs else 0)
