@@ -1,6 +1,6 @@
 """A schedule of every file under a tree (whole files, one pre-buffer segment, in FIEMAP order),
 saved as APP's active schedule: for file systems whose recordings this branch cannot map yet."""
-import os, sqlite3, sys
+import os, sys
 from warmstart.db.connection import open_db as connect
 from warmstart.db.schedules import save_schedule
 from warmstart.fiemap import mapped_extents
