@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "engine.h"
+#include "fsmeta.h"
 #include "wsr_format.h"
 
 enum replay_mode { MODE_SEGMENTED, MODE_REORDER, MODE_INTERLEAVE };
@@ -46,6 +47,7 @@ struct replay_stats {
 	uint64_t bytes_scheduled, bytes_fetched, bytes_resident, bytes_skipped_pressure;
 	uint32_t files_total, files_opened, files_changed, files_missing, files_denied, files_other;
 	uint32_t noatime_fallbacks;
+	struct fsmeta_stats meta;   /* the metadata step (WSR_FILE_WARM_META files) */
 	uint32_t ndecisions;
 	struct decision decisions[MAX_DECISIONS];
 	uint32_t nsegs;

@@ -113,8 +113,13 @@ static const char *parse_files(const unsigned char *p, const char *strings, uint
 		f->mtime_ns = (int64_t)GET(p, FILE, MTIME_NS);
 		f->path_len = GET(p, FILE, PATH_LEN);
 		f->kind = GET(p, FILE, KIND);
+		f->flags = GET(p, FILE, FLAGS);
 		if (f->kind > WSR_KIND_BLOCKDEV)
 			return "file entry with an unknown kind";
+		if (f->flags & ~(uint32_t)WSR_FILE_FLAGS)
+			return "file entry with unknown flags";
+		if (f->kind != WSR_KIND_FILE && (f->flags & WSR_FILE_WARM_META))
+			return "warm-metadata flag on a block device";
 		if ((uint64_t)off + f->path_len > strtab || f->path_len == 0 || f->path_len > WSR_MAX_PATH)
 			return "file path outside the string table";
 		if (memchr(strings + off, 0, f->path_len))

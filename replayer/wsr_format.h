@@ -21,6 +21,7 @@ struct wsr_file {
 	const char *path;    /* points into the loaded image; NOT NUL-terminated */
 	uint32_t path_len;
 	uint32_t kind;       /* WSR_KIND_* */
+	uint32_t flags;      /* WSR_FILE_* bits */
 };
 
 struct wsr_segment {

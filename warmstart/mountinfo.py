@@ -18,6 +18,8 @@ class Mount(NamedTuple):
 
 def unescape(field: bytes) -> bytes:
     """Undo mountinfo's \\ooo octal escapes (file names are bytes and may hold any of them)."""
+    if b"\\" not in field:
+        return field        # the usual case, without the byte loop (`warmstart run` reads this file)
     out, i = bytearray(), 0
     while i < len(field):
         if field[i:i + 1] == b"\\" and field[i + 1:i + 4].isdigit():

@@ -40,7 +40,8 @@ def wsr_contents(c: dict):
     from warmstart.formats import wsr
     return wsr.WsrContents(c["schedule_id"],
                            [wsr.WsrFile(raw(f["path"]), f["dev"], f["ino"], f["size"], f["mtime_ns"],
-                                        {"file": wsr.KIND_FILE, "blockdev": wsr.KIND_BLOCKDEV}[f["kind"]])
+                                        {"file": wsr.KIND_FILE, "blockdev": wsr.KIND_BLOCKDEV}[f["kind"]],
+                                        f.get("flags", 0))
                             for f in c["files"]],
                            [wsr.WsrSegment(**s) for s in c["segments"]],
                            [wsr.WsrRange(**r) for r in c["ranges"]])
@@ -124,7 +125,8 @@ def c_wsr(vectors: dict) -> str:
         c = v["contents"]
         files = (f"{{ .dev = {f['dev']}ull, .ino = {f['ino']}ull, .size = {f['size']}ull, .mtime_ns = {f['mtime_ns']}ll, "
                  f".path = {c_string(raw(f['path']))}, .path_len = {len(raw(f['path']))}, "
-                 f".kind = {'WSR_KIND_FILE' if f['kind'] == 'file' else 'WSR_KIND_BLOCKDEV'} }}" for f in c["files"])
+                 f".kind = {'WSR_KIND_FILE' if f['kind'] == 'file' else 'WSR_KIND_BLOCKDEV'}, .flags = {f.get('flags', 0)}u }}"
+                 for f in c["files"])
         segs = (f"{{ .idx = {s['idx']}u, .first_range = {s['first_range']}u, .nranges = {s['nranges']}u, "
                 f".bytes = {s['bytes']}ull, .cpu_ns = {s['cpu_ns']}ull }}" for s in c["segments"])
         ranges = (f"{{ .offset = {r['offset']}ull, .length = {r['length']}ull, .sector = {r['sector']}ull, "

@@ -20,6 +20,7 @@ from ..db import profiles as profile_db
 from ..db.schedules import save_schedule
 from ..model import Range, Schedule, Segment
 from ..errors import WarmstartError
+from ..fs import metadata as fs_metadata
 from . import inputs, probe
 from .access import DiskCost, ModelCost
 from .ext4meta import MetadataFinder
@@ -93,6 +94,13 @@ def build_sequence(conn, recs, k: Optional[int]) -> LaunchSequence:
     return merge_recordings(seqs, k)
 
 
+def file_map(conn, rids: Sequence[int], trim_unused: bool = True) -> FileMap:
+    """The recordings' files as they are now, with the raw-range policy of this machine's mounts
+    (unmapped reads kept only where a raw read of the device can help: warmstart/fs/metadata.py)."""
+    return FileMap(inputs.files(conn, rids), inputs.added_pages(conn, rids),
+                   inputs.used_pages(conn, rids) if trim_unused else None, fs_metadata.RawReadPolicy())
+
+
 def map_sequence(seq: LaunchSequence, fmap: FileMap):
     """Pieces of every p_i; an access with nothing left (deleted file) gives its CPU to the previous."""
     items: List[List[Piece]] = []
@@ -121,8 +129,14 @@ def add_file_metadata(items: List[List[Piece]]) -> dict:
     that updated atimes, the inode-table blocks stay pinned by the journal through sync and
     drop_caches until jbd2 checkpoints them, so the next recording misses them; a later launch
     then reads them synchronously, a seek each, in the middle of the replayer's sorted sweep
-    (python stdlib launch, emulated hdd7200: the same data took 0.60 s instead of 0.42 s)."""
+    (python stdlib launch, emulated hdd7200: the same data took 0.60 s instead of 0.42 s).
+
+    Only for files on a file system whose metadata mode is "bdev" (warmstart/fs/metadata.py);
+    the others' metadata is warmed through the file system by the replayer (not blocks here)."""
     have = set()
+    mode_of: Dict[int, str] = {}
+    types = fs_metadata.fstypes()
+    by_fs: Dict[str, str] = {}
     for ps in items:
         for p in ps:
             if p.file is None:
@@ -144,6 +158,10 @@ def add_file_metadata(items: List[List[Piece]]) -> dict:
                     continue
                 if (st.st_dev, st.st_ino) != (p.file.dev, p.file.ino):
                     continue
+                if mode_of.setdefault(st.st_dev, fs_metadata.metadata_mode(types.get(st.st_dev))) != fs_metadata.BDEV:
+                    by_fs[f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"] = \
+                        f"{types.get(st.st_dev, 'unmounted')}: warmed through the file system"
+                    continue
                 for dev, sector, nr in finder.for_file(p.file.path, st):
                     if all((dev, x) in have for x in range(sector, sector + nr)):
                         continue
@@ -154,7 +172,7 @@ def add_file_metadata(items: List[List[Piece]]) -> dict:
             added_bytes += sum(x.length for x in extra)
     finally:
         finder.close()
-    return {"blocks": added, "bytes": added_bytes, "unsupported": dict(finder.reasons)}
+    return {"blocks": added, "bytes": added_bytes, "unsupported": dict(finder.reasons), "through_fs": by_fs}
 
 
 def _to_ranges(pieces: Sequence[Piece]) -> List[Range]:
@@ -361,8 +379,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
 
     say("building the launch sequence")
     seq = build_sequence(conn, recs, opts.runs_threshold)                           # 2
-    fmap = FileMap(inputs.files(conn, rids), inputs.added_pages(conn, rids),       # 3
-                   inputs.used_pages(conn, rids) if opts.trim_unused else None)
+    fmap = file_map(conn, rids, opts.trim_unused)                                   # 3
     kept, items = map_sequence(seq, fmap)
     if not items:
         raise WarmstartError(f"nothing left to prefetch for {app_name!r} (no reads, or every file changed "
@@ -381,7 +398,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
 
     used_files = sorted({r.file for s in segments for r in s.ranges if r.file is not None}, key=lambda f: f.path)
     extents = {i: fmap.extents[f] for i, f in enumerate(used_files)}                # 7
-    params = {"probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
+    params = {"fs_metadata_devs": fs_metadata.warm_through_fs({f.dev for f in used_files}),
+              "probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
               "file_metadata": file_meta, "gap_merge_bytes": order.gap_bytes, "merged_gaps": order.merged_gaps,
               "skipped_gaps": order.skipped_gaps, "strip_bytes": order.strip, "stripe_disks": order.disks,
               "t_model_s": chosen.t_model, "compare": seg.compare, "model_error": seg.model_error,

@@ -12,7 +12,10 @@ block that has since been reused by another file of the launch is not fetched un
 What maps to no file stays a block-device range when the kernel flagged the read as metadata
 (REQ_META: inode tables, directories, extent blocks); an unflagged unmapped read is kept as a device
 range only if no file of the recording was skipped; otherwise it may have been a deleted file's
-data and it is dropped (counted in `dropped_unmapped_bytes`).
+data and it is dropped (counted in `dropped_unmapped_bytes`). Either kind is kept only where a raw
+read of the device can help (warmstart/fs/metadata.py: inside an ext2/3/4 file system); on XFS,
+btrfs or a device no mount names it is dropped (`dropped_raw_bytes`, the reasons in `raw_dropped`):
+their metadata is warmed through the file system by the replayer's metadata step instead.
 
 Devices: requests are on the device the tracer saw; a file's extents are relative to its file
 system's data device (fs.FileSystem.data_device: the mounted device, btrfs's device from its
@@ -30,6 +33,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 from ..devices import disk_of
 from ..fiemap import mappable, place
 from ..fs import FileSystems
+from ..fs.metadata import RawReadPolicy
 from ..model import Extent, FileInfo, ScheduledFile
 from .sequence import Access
 
@@ -62,10 +66,13 @@ class FileMapReport:
     device_bytes: int = 0                                     # unflagged, kept as device ranges
     dropped_unmapped_bytes: int = 0
     dropped_mismatch_bytes: int = 0                           # mapped to pages the launch never added
+    dropped_raw_bytes: int = 0                                # unmapped, on a device raw reads cannot warm
+    raw_dropped: Dict[str, str] = field(default_factory=dict)  # "maj:min" -> why its raw ranges were dropped
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
         d["skipped"] = {k: v for k, v in self.skipped.items()}
+        d["raw_dropped"] = dict(self.raw_dropped)
         d["skipped_files"] = len(self.skipped)
         return d
 
@@ -95,9 +102,11 @@ class FileMap:
     """An index from (dev, sector) to the files of a launch, built from their FIEMAP now."""
 
     def __init__(self, files: Iterable[FileInfo], added_pages: Optional[Dict[Tuple[int, int], Set[int]]] = None,
-                 used_pages: Optional[Dict[Tuple[int, int], List[Tuple[int, int]]]] = None):
+                 used_pages: Optional[Dict[Tuple[int, int], List[Tuple[int, int]]]] = None,
+                 raw_policy: Optional[RawReadPolicy] = None):
         self.report = FileMapReport()
         self.fss = FileSystems()
+        self.raw_policy = raw_policy    # where unmapped raw ranges help; None: everywhere (no mounts asked)
         self.added_pages = added_pages  # (dev, ino) -> page indexes the launch added; None: unknown
         self.used_pages = used_pages    # (dev, ino) -> sorted (first, last) page runs used; None: keep all
         self.files: List[ScheduledFile] = []
@@ -213,6 +222,10 @@ class FileMap:
 
     def _unmapped(self, a: Access, s: int, e: int) -> Optional[Piece]:
         n = (e - s) * 512
+        if self.raw_policy is not None and not self.raw_policy.helps(a.dev, s):
+            self.report.dropped_raw_bytes += n
+            self.report.raw_dropped[f"{os.major(a.dev)}:{os.minor(a.dev)}"] = self.raw_policy.why_not(a.dev)
+            return None
         if a.is_meta:
             self.report.metadata_bytes += n
             return Piece(a.dev, s, e - s, True, None, 0, n)

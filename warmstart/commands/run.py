@@ -26,10 +26,13 @@ from .run_body import DEFAULT_MODE, DEFAULT_TIMEOUT_S, DEFAULT_UNTIL, MODES, exe
 @click.option("--measure-use", is_flag=True,
               help="Trace which pages of the scheduled files the launch used and store the prefetch "
                    "accuracy and waste (root, tracefs; see docs/replayer.md).")
+@click.option("--no-fs-metadata", is_flag=True,
+              help="Skip the replayer's metadata step (XFS, btrfs: opening the scheduled files and "
+                   "reading their directories first); to measure what it gains (docs/replayer.md).")
 @json_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
-def run(obj, mode, cold, until_spec, name, engine, timeout, measure_use, as_json, cmd):
+def run(obj, mode, cold, until_spec, name, engine, timeout, measure_use, no_fs_metadata, as_json, cmd):
     """Launch CMD with its schedule prefetched, measure and store the launch.
 
     CMD's output and exit status are passed through unchanged; the summary goes to stderr
@@ -44,4 +47,5 @@ def run(obj, mode, cold, until_spec, name, engine, timeout, measure_use, as_json
       sudo warmstart run --cold -- python3 -c 'import json, email, asyncio'
     """
     sys.exit(execute(lambda: obj.db, cmd, mode=mode, cold=cold, until_spec=until_spec, name=name,
-                     engine=engine, timeout=timeout, measure_use=measure_use, as_json=as_json))
+                     engine=engine, timeout=timeout, measure_use=measure_use, as_json=as_json,
+                     fs_metadata=not no_fs_metadata))

@@ -22,7 +22,7 @@ def _say(line: str) -> None:
 
 
 def execute(conn, cmd, *, mode=DEFAULT_MODE, cold=False, until_spec=DEFAULT_UNTIL, name=None,
-            engine=None, timeout=DEFAULT_TIMEOUT_S, measure_use=False, as_json=False) -> int:
+            engine=None, timeout=DEFAULT_TIMEOUT_S, measure_use=False, as_json=False, fs_metadata=True) -> int:
     """Launch cmd with its schedule prefetched, print the summary; the exit status to leave with
     (cmd's own, or 128 + signal). conn: an open database, or a callable that opens it."""
     from ..launching import parse_until
@@ -37,7 +37,7 @@ def execute(conn, cmd, *, mode=DEFAULT_MODE, cold=False, until_spec=DEFAULT_UNTI
         mode = "none"
         drop_caches()
     out = run_launch(conn() if callable(conn) else conn, list(cmd),
-                     Prefetch(mode, engine or DEFAULT_ENGINE, measure_use=measure_use),
+                     Prefetch(mode, engine or DEFAULT_ENGINE, measure_use=measure_use, fs_metadata=fs_metadata),
                      LaunchOptions(until, timeout, passthrough=not as_json, kill_at_end=False),
                      StoreAs(mode="cold" if cold else None), name=name)
     if as_json:

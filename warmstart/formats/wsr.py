@@ -16,8 +16,10 @@ from typing import List, NamedTuple
 from . import Field, Format, Record
 
 MAGIC = b"WSREPLAY"
-VERSION = 1
+VERSION = 2                    # 2: FILE.flags (was padding)
 KIND_FILE, KIND_BLOCKDEV = 0, 1
+FILE_WARM_META = 1             # FILE.flags: warm its metadata through the file system
+FILE_FLAGS = FILE_WARM_META    # every flag a reader knows; others are refused
 MAX_FILES = 1 << 20            # reader limits: a file claiming more is refused
 MAX_RANGES = 1 << 22
 MAX_PATH = 4095                # bytes; a longer path is refused
@@ -44,7 +46,7 @@ FILE = Record("FILE", 48,
               Field("path_off", "I", "into the string table"),
               Field("path_len", "I"),
               Field("kind", "I", "WSR_KIND_*"),
-              Field("pad", "4x"))
+              Field("flags", "I", "WSR_FILE_* bits (WSR_FILE_WARM_META: only for a regular file)"))
 SEGMENT = Record("SEGMENT", 32,
                  Field("idx", "I", "1 = the pre-buffer"),
                  Field("first_range", "I", "index into ranges[]; segments tile ranges[] in order"),
@@ -65,6 +67,10 @@ FORMAT = Format("wsr", "WSR", __doc__.split("\n\n")[0],
                 {"WSR_MAGIC": MAGIC, "WSR_VERSION": VERSION,
                  "WSR_KIND_FILE": (KIND_FILE, "a regular file, opened by path"),
                  "WSR_KIND_BLOCKDEV": (KIND_BLOCKDEV, "a block device node: metadata read by LBA"),
+                 "WSR_FILE_WARM_META": (FILE_WARM_META, "the metadata step opens the file and reads every "
+                                        "directory on its path before the pre-buffer (XFS, btrfs: their "
+                                        "metadata is not in the block device's cache; warmstart/fs/metadata.py)"),
+                 "WSR_FILE_FLAGS": (FILE_FLAGS, "every flag known; a file with others is refused"),
                  "WSR_MAX_FILES": (MAX_FILES, "reader limits: more is refused"), "WSR_MAX_RANGES": MAX_RANGES,
                  "WSR_MAX_PATH": (MAX_PATH, "bytes")},
                 (HEADER, FILE, SEGMENT, RANGE))
@@ -77,6 +83,7 @@ class WsrFile(NamedTuple):
     size: int
     mtime_ns: int
     kind: int = KIND_FILE
+    flags: int = 0
 
 
 class WsrSegment(NamedTuple):
@@ -114,7 +121,7 @@ def encode(c: WsrContents) -> bytes:
     out = []
     for f in c.files:
         out.append(FILE.pack(dev=f.dev, ino=f.ino, size=f.size, mtime_ns=f.mtime_ns, path_off=len(strtab),
-                             path_len=len(f.path), kind=f.kind))
+                             path_len=len(f.path), kind=f.kind, flags=f.flags))
         strtab += f.path
     out.extend(starmap(SEGMENT.struct.pack, c.segments))
     out.extend(starmap(RANGE.struct.pack, c.ranges))     # the hot loop: `warmstart run` writes one per launch

@@ -13,7 +13,8 @@ from typing import List
 from .. import devices
 from ..errors import WarmstartError
 from ..formats import wsr
-from ..formats.wsr import KIND_BLOCKDEV, KIND_FILE, WsrFile, WsrSegment
+from ..formats.wsr import FILE_WARM_META, KIND_BLOCKDEV, KIND_FILE, WsrFile, WsrSegment
+from ..fs import metadata
 from ..paths import replace_file
 
 
@@ -38,19 +39,28 @@ def block_device_node(dev: int) -> bytes:
     return os.fsencode(node)
 
 
-def contents(schedule) -> wsr.WsrContents:
-    """What the replayer is to see of a warmstart.db.schedules.Schedule."""
+def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
+    """What the replayer is to see of a warmstart.db.schedules.Schedule. fs_metadata: mark the
+    files whose metadata the replayer is to warm through their file system (False: none)."""
     files: List[WsrFile] = []
     file_index = {}
 
-    def add_file(key, path: bytes, dev, ino, size, mtime_ns, kind):
+    def add_file(key, path: bytes, dev, ino, size, mtime_ns, kind, flags=0):
         if key not in file_index:
             file_index[key] = len(files)
-            files.append(WsrFile(path, dev, ino, size, mtime_ns, kind))
+            files.append(WsrFile(path, dev, ino, size, mtime_ns, kind, flags))
         return file_index[key]
 
+    # files on a file system whose metadata raw device reads cannot warm: the replayer's
+    # metadata step warms it through the file system (as the analyzer decided; a schedule from
+    # before that, or imported, asks this machine's mounts now)
+    through_fs = set()
+    if fs_metadata:
+        devs = schedule.params.get("fs_metadata_devs")
+        through_fs = set(devs if devs is not None else metadata.warm_through_fs({f.dev for f in schedule.files}))
     for f in schedule.files:
-        add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE)
+        add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE,
+                 FILE_WARM_META if f.dev in through_fs else 0)
     segs: List[WsrSegment] = []
     ranges: List[tuple] = []      # wsr.WsrRange's fields
     for k, seg in enumerate(schedule.segments):
@@ -75,18 +85,18 @@ def contents(schedule) -> wsr.WsrContents:
     return wsr.WsrContents(schedule.id or 0, files, segs, ranges)
 
 
-def encode(schedule) -> bytes:
+def encode(schedule, fs_metadata: bool = True) -> bytes:
     """The .wsr bytes for a warmstart.db.schedules.Schedule."""
-    return wsr.encode(contents(schedule))
+    return wsr.encode(contents(schedule, fs_metadata))
 
 
-def export_in_memory(schedule) -> int:
+def export_in_memory(schedule, fs_metadata: bool = True) -> int:
     """The export for `schedule` in an anonymous in-memory file (memfd), as an open fd whose
     /dev/fd path the replayer can open: nothing on disk to write, clean up or leave behind when
     killed (what `warmstart run` hands its replayer)."""
     fd = os.memfd_create("warmstart-schedule.wsr", os.MFD_CLOEXEC)
     try:
-        data = encode(schedule)
+        data = encode(schedule, fs_metadata)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]

@@ -62,10 +62,12 @@ def find_app(conn, argv: Sequence[str], name: Optional[str] = None) -> Optional[
 class Prefetch(NamedTuple):
     """What to prefetch: the app's active schedule, replayed in `mode` ("none": nothing) with the
     fetch `engine`. measure_use: also trace which pages of the schedule's files the launch used
-    (pageuse.py: accuracy and waste, file pages only); needs root and tracefs."""
+    (pageuse.py: accuracy and waste, file pages only); needs root and tracefs. fs_metadata: let the
+    replayer warm XFS/btrfs metadata through the file system first (warmstart/fs/metadata.py)."""
     mode: str = "segmented"
     engine: str = DEFAULT_ENGINE
     measure_use: bool = False
+    fs_metadata: bool = True
 
 
 NO_PREFETCH = Prefetch("none")
@@ -108,7 +110,7 @@ def run_launch(conn, argv: Sequence[str], prefetch: Prefetch = Prefetch(), how: 
     with use:
         try:
             if schedule is not None:
-                export_fd = export_in_memory(schedule)
+                export_fd = export_in_memory(schedule, fs_metadata=prefetch.fs_metadata)
                 try:
                     rp = ReplayProcess(f"/dev/fd/{export_fd}", mode, prefetch.engine, pass_fds=(export_fd,))
                     t0 = time.monotonic_ns()

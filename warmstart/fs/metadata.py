@@ -1,0 +1,88 @@
+"""How each file system's metadata is warmed before a launch: the one table of the policy.
+
+- "bdev": the metadata a cold open() reads (inode tables, extent trees, directory blocks) lives
+  in the block device's page cache, so raw reads of the device by LBA warm it. ext2/3/4 read
+  their metadata through buffer heads of the block device's mapping: the analyzer schedules those
+  blocks as device ranges (analyzer/ext4meta.py, and the launch's unmapped REQ_META reads).
+- "fs": the file system keeps metadata in caches of its own (XFS's buffer cache, btrfs's extent
+  buffers on its btree inode, overlayfs's inodes over the lower layer's): a read of the block
+  device fills pages nothing looks at. It is warmed through the file system instead: the replayer's
+  metadata step opens each scheduled file and reads every directory on its path (WSR_FILE_WARM_META,
+  replayer/fsmeta.c). This is also the answer for any file system not known here, and for a
+  device no mount names (btrfs's anonymous st_dev): a raw read never helps where we cannot tell.
+
+overlay: the lower file system decides what can: its files' st_dev is the overlay's own, so
+their metadata cannot be found by LBA from it, and they are warmed through the overlay, whose
+lookups and listings warm the lower layer's inodes and directories whatever file system holds
+them; the raw reads a launch made of the lower layer's device are judged by that device's own
+mount (RawReadPolicy: kept on an ext4 lower layer, dropped on XFS or btrfs).
+"""
+
+import os
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from ..devices import disk_of, size_bytes
+from ..mountinfo import Mount, mounts
+
+BDEV, FS = "bdev", "fs"
+# file systems whose metadata block-device reads warm (the ext4 driver also mounts ext2/ext3)
+_BY_FSTYPE = {"ext4": BDEV, "ext3": BDEV, "ext2": BDEV}
+
+
+def metadata_mode(fstype: Optional[str]) -> str:
+    """"bdev" when reading the block device warms the file system's metadata, else "fs"."""
+    return _BY_FSTYPE.get(fstype or "", FS)
+
+
+def fstypes(mount_list: Optional[List[Mount]] = None) -> Dict[int, str]:
+    """st_dev -> fstype of every mounted file system (the first mount of a device names it)."""
+    out: Dict[int, str] = {}
+    for m in mount_list if mount_list is not None else mounts():
+        out.setdefault(m.dev, m.fstype)
+    return out
+
+
+def modes(devs: Iterable[int], mount_list: Optional[List[Mount]] = None) -> Dict[int, str]:
+    """st_dev -> metadata mode for each of devs; a device no mount names is "fs"."""
+    types = fstypes(mount_list)
+    return {d: metadata_mode(types.get(d)) for d in devs}
+
+
+def warm_through_fs(devs: Iterable[int], mount_list: Optional[List[Mount]] = None) -> List[int]:
+    """Those of devs (st_dev of scheduled files) whose metadata the replayer is to warm through
+    the file system (sorted: a schedule stores it, `fs_metadata_devs`, and its export marks those
+    files WSR_FILE_WARM_META)."""
+    return sorted(d for d, m in modes(devs, mount_list).items() if m == FS)
+
+
+class RawReadPolicy:
+    """Where a raw block-device range (a launch's unmapped read: metadata, or data of no file)
+    can help: only inside a block device, or the part of a disk, holding a "bdev" file system.
+    Everywhere else (XFS, btrfs, a device no mount names) it fills a cache nothing reads."""
+
+    def __init__(self, mount_list: Optional[List[Mount]] = None):
+        self._areas: Dict[int, List[Tuple[int, int]]] = {}     # block dev -> sector spans
+        self.fstype: Dict[int, str] = {}                      # block dev -> the fs seen on it
+        for m in mount_list if mount_list is not None else mounts():
+            if os.major(m.dev) == 0:
+                continue             # no block device (btrfs, tmpfs, overlay...): nothing by LBA
+            disk, start = disk_of(m.dev)
+            self.fstype.setdefault(m.dev, m.fstype)
+            self.fstype.setdefault(disk, m.fstype)
+            if metadata_mode(m.fstype) != BDEV:
+                continue
+            self._areas.setdefault(m.dev, []).append((0, 1 << 62))
+            if disk != m.dev:
+                end = start + size_bytes(m.dev) // 512 if size_bytes(m.dev) else 1 << 62
+                self._areas.setdefault(disk, []).append((start, end))
+
+    def helps(self, dev: int, sector: int) -> bool:
+        """Whether reading `sector` of block device `dev` can warm a mounted file system."""
+        return any(a <= sector < b for a, b in self._areas.get(dev, ()))
+
+    def why_not(self, dev: int) -> str:
+        """The reason raw ranges of `dev` are not scheduled (for the analysis report)."""
+        fs = self.fstype.get(dev)
+        if fs is None:
+            return "no mounted file system on this device (btrfs and stacked devices show none): raw reads help nothing"
+        return f"{fs} keeps its metadata in its own cache: warmed through the file system instead"
