@@ -11,7 +11,6 @@ install` running, caches dropped before every launch.
 - the hooked launch takes at most 0.6 x its cold launch (the issue's target for every app).
 """
 
-import os
 import statistics
 
 import pytest
@@ -123,32 +122,3 @@ def test_launch_from_an_overlay_prefetched_like_from_its_lower_file_system(tmp_p
             if h is not None:
                 h.ws("hook", "uninstall", check=False)
         disk.down()
-
-
-def test_the_system_image_holds_the_same_files_in_every_file_system():
-    """The three images are built from one file list (system_image.plan) by one writer: the
-    same paths, sizes and link targets in ext4, XFS and btrfs."""
-    require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
-    from warmstart.emudisk import EmuDisk
-    trees = {}
-    for fs in ("ext4", "xfs", "btrfs"):
-        disk = EmuDisk.up(name=_emu_name(f"fsl{fs}"), profile="none", image="system", fs=fs, fresh=True)
-        try:
-            trees[fs] = _tree(disk.mountpoint / "usr")
-        finally:
-            disk.down()
-    assert len(trees["ext4"]) > 5000
-    for fs in ("xfs", "btrfs"):
-        assert trees[fs] == trees["ext4"], f"{fs}: {len(set(trees[fs].items()) ^ set(trees['ext4'].items()))} differ"
-
-
-def _tree(top) -> dict:
-    """relative path -> size (files) or -1 (directories) or the link target (symlinks)."""
-    out = {}
-    for dirpath, dirs, files in os.walk(top):
-        for n in dirs + files:
-            p = os.path.join(dirpath, n)
-            rel = os.path.relpath(p, top)
-            st = os.lstat(p)
-            out[rel] = os.readlink(p) if os.path.islink(p) else (-1 if os.path.isdir(p) else st.st_size)
-    return out
