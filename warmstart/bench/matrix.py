@@ -121,6 +121,12 @@ class DiskUnderTest:
             self.emu.down()
         return False
 
+    def fstype(self) -> Optional[str]:
+        """The type of the file system the apps' files are on (as mounted: ext4, xfs, btrfs, ...)."""
+        from ..mountinfo import mounts
+        dev = os.stat(self.emu.mountpoint if self.emu else self.files_dir).st_dev
+        return next((m.fstype for m in mounts() if m.dev == dev), None)
+
     def mount_overlay(self) -> None:
         """The overlayfs over the disk's file system (upper and work dirs on tmpfs), as a container
         runtime mounts an image; after the apps' files are installed in the lower one."""
@@ -293,6 +299,7 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
            "started_at": time.time(), "kernel": os.uname().release, "apps": {}, "problems": []}
     until = parse_until("exit")
     with DiskUnderTest(cfg.disk, say, cfg.layout, cfg.fs) as dut:
+        doc["fs"] = dut.fstype()   # as mounted, the real disk's too
         ensure_profile(conn, dut, say)
         apps = _install_apps(cfg, dut)
         if cfg.unknown:
