@@ -145,3 +145,11 @@ def test_bench_on_xfs_with_an_overlay(tmp_path):
     # the overlay went down with the disk
     mounts = open("/proc/self/mountinfo").read()
     assert f"bench-hdd7200-{os.getpid()}" not in mounts
+
+
+def test_bench_names_the_file_system_as_mounted(emu_btrfs):
+    """The JSON's fs comes from the mount: a btrfs subvolume's st_dev (0:N) is not its mount's."""
+    from warmstart.bench.matrix import DiskUnderTest
+    dut = DiskUnderTest("hdd7200", print, fs="btrfs")
+    dut.emu = emu_btrfs
+    assert dut.fstype() == "btrfs"

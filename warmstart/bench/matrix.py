@@ -124,8 +124,10 @@ class DiskUnderTest:
     def fstype(self) -> Optional[str]:
         """The type of the file system the apps' files are on (as mounted: ext4, xfs, btrfs, ...)."""
         from ..mountinfo import mounts
-        dev = os.stat(self.emu.mountpoint if self.emu else self.files_dir).st_dev
-        return next((m.fstype for m in mounts() if m.dev == dev), None)
+        # by the mount point holding it (a btrfs subvolume's st_dev is not its mount's device)
+        path = os.fsencode(os.path.realpath(self.emu.mountpoint if self.emu else self.files_dir))
+        under = [m for m in mounts() if path == m.target or path.startswith(m.target.rstrip(b"/") + b"/")]
+        return max(under, key=lambda m: len(m.target)).fstype if under else None
 
     def mount_overlay(self) -> None:
         """The overlayfs over the disk's file system (upper and work dirs on tmpfs), as a container
