@@ -97,3 +97,59 @@ def test_bench_hook_mode_and_run_from_outside_on_the_random_layout(tmp_path):
     assert res["hook_vs_best_reorder"] > 0 and res["hook_outcomes"] and res["run_cli_overhead_s"] > 0
     assert "hook / best of reorder" in md.read_text()
     assert doc["hook"]["index_apps"] == ["synth-hdd7200.random"]
+
+
+def test_bench_file_system_options():
+    """--fs and --overlay: named in the disk label (ext4's unchanged), refused where they cannot apply."""
+    from warmstart.bench.matrix import BenchConfig, _check_config
+    from warmstart.errors import WarmstartError
+    require(os.geteuid() == 0, "bench checks root first")
+    assert BenchConfig().label == "hdd7200" and BenchConfig(layout="random").label == "hdd7200.random"
+    assert BenchConfig(fs="xfs").label == "hdd7200.xfs"
+    assert BenchConfig(disk="ssd", layout="random", fs="btrfs").label == "ssd.random.btrfs"
+    result = CliRunner().invoke(cli, ["bench", "--help"])
+    assert "--fs [ext4|xfs|btrfs]" in result.output and "--overlay" in result.output
+    for cfg, words in ((BenchConfig(disk="real", fs="xfs"), "the real disk has its own file system"),
+                       (BenchConfig(disk="real", overlay=True), "the real disk has its own file system"),
+                       (BenchConfig(overlay=True, relocate=True), "cannot be combined with --unknown or --relocate"),
+                       (BenchConfig(fs="zfs"), "unknown --fs 'zfs'")):
+        try:
+            _check_config(cfg)
+        except WarmstartError as e:
+            assert words in str(e), e
+        else:
+            raise AssertionError(f"{cfg} accepted")
+
+
+def test_bench_on_xfs_with_an_overlay(tmp_path):
+    """bench --fs xfs --overlay: the system image in XFS, every app also from an overlayfs over it;
+    the file system in the run's label, JSON and markdown; each overlay launch compared with the
+    same launch from XFS itself."""
+    require(have_fuse() and have_loop() and have_tracefs(), "bench needs root, FUSE, loop devices and tracefs")
+    db, md = tmp_path / "w.db", tmp_path / "bench.md"
+    result = CliRunner().invoke(cli, ["--db", str(db), "bench", "--disk", "hdd7200", "--fs", "xfs", "--overlay",
+                                      "--apps", "synth", "--reps", "1", "--modes", "cold,segmented",
+                                      "--no-timeline", "--markdown", str(md), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output + result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["disk"] == "hdd7200.xfs" and doc["fs"] == "xfs" and doc["overlay"] and doc["problems"] == []
+    assert doc["bench_id"].endswith("-hdd7200.xfs")
+    assert sorted(doc["results"]) == ["synth", "synth@overlay"]
+    over = doc["results"]["synth@overlay"]
+    assert over["app"] == "synth@overlay-hdd7200.xfs" and set(over["overlay_vs_lower"]) == {"cold", "segmented"}
+    assert over["overlay_vs_lower"]["cold"] == \
+        over["methods"]["cold"]["median"] / doc["results"]["synth"]["methods"]["cold"]["median"]
+    text = md.read_text()
+    assert "<!-- bench:matrix-hdd7200.xfs -->" in text and "- file system xfs" in text
+    assert "APP@overlay ≤ 1.10 × the same launch from the lower file system" in text
+    # the overlay went down with the disk
+    mounts = open("/proc/self/mountinfo").read()
+    assert f"bench-hdd7200-{os.getpid()}" not in mounts
+
+
+def test_bench_names_the_file_system_as_mounted(emu_btrfs):
+    """The JSON's fs comes from the mount: a btrfs subvolume's st_dev (0:N) is not its mount's."""
+    from warmstart.bench.matrix import DiskUnderTest
+    dut = DiskUnderTest("hdd7200", print, fs="btrfs")
+    dut.emu = emu_btrfs
+    assert dut.fstype() == "btrfs"

@@ -259,3 +259,50 @@ def test_xfs_and_btrfs_images_on_the_emulated_disk(fs, request):
     disk.reset_stats()
     assert (disk.mountpoint / "f").read_bytes() == data
     assert disk.stats()["bytes_read"] >= len(data)
+
+
+def _tree(top) -> dict:
+    """relative path -> size (files), -1 (directories) or the link target (symlinks)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(top):
+        for n in dirs + files:
+            p = os.path.join(dirpath, n)
+            out[os.path.relpath(p, top)] = os.readlink(p) if os.path.islink(p) else \
+                (-1 if os.path.isdir(p) else os.lstat(p).st_size)
+    return out
+
+
+def test_system_image_in_each_file_system():
+    """The system image in ext4, XFS and btrfs: one file list written by one writer, so the same
+    paths, sizes and link targets in each; cached per file system; two copies of one image (a
+    bench's disk and a test's) mounted side by side; an overlayfs over it runs the image's
+    programs and goes down with the disk."""
+    require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
+    from warmstart.emudisk import EmuDisk, system_image
+    assert len({system_image.cached_image(fs=fs) for fs in ("ext4", "xfs", "btrfs")}) == 3
+    trees, names = {}, []
+    try:
+        for fs in ("ext4", "xfs", "btrfs"):
+            names.append(f"pytest-img{fs}-{os.getpid()}")
+            d = EmuDisk.up(name=names[-1], profile="none", image="system", fs=fs, fresh=True)
+            mounted = [m.split() for m in Path("/proc/self/mounts").read_text().splitlines()]
+            assert [m[2] for m in mounted if m[1] == str(d.mountpoint)] == [fs]
+            trees[fs] = _tree(d.mountpoint / "usr")
+            if fs != "ext4":   # a second copy of the same image, up at the same time
+                names.append(f"pytest-img{fs}2-{os.getpid()}")
+                twin = EmuDisk.up(name=names[-1], profile="none", image="system", fs=fs, fresh=True)
+                assert twin.healthy() and d.healthy()
+            root = d.overlay()
+            p = subprocess.run(d.chroot_argv(["python3", "-c", "import json; print(json.__file__)"], root=root),
+                               capture_output=True, text=True)
+            assert p.returncode == 0 and p.stdout.strip() == "/usr/lib/python3.11/json/__init__.py", p.stderr
+            mounted = [m.split() for m in Path("/proc/self/mounts").read_text().splitlines()]
+            assert [m[2] for m in mounted if m[1] == str(root)] == ["overlay"]
+    finally:
+        for name in names:
+            EmuDisk.down_by_name(name)
+    assert all(_no_traces(name) for name in names)
+    assert len(trees["ext4"]) > 5000
+    for fs in ("xfs", "btrfs"):
+        diff = set(trees[fs].items()) ^ set(trees["ext4"].items())
+        assert not diff, f"{fs}: {len(diff)} entries differ from ext4's, e.g. {sorted(diff)[:3]}"

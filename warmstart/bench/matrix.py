@@ -12,6 +12,7 @@ is outside every measured launch. Only the run-cli mode starts the CLI, to time 
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -72,18 +73,25 @@ class BenchConfig:
     unknown: bool = False          # instead of the matrix: never-seen launches (unknown.py, issue 7)
     hook_launches: int = 5         # hook mode: consecutive plain launches per app
     layout: str = "packaged"       # the emulated disk's system image: emudisk.system_image.LAYOUTS
+    fs: str = "ext4"               # the emulated disk's file system: emudisk.image.FILE_SYSTEMS
+    overlay: bool = False          # also launch every app from an overlayfs over it (APP@overlay)
 
     @property
     def label(self) -> str:
-        """The disk as launches, app names and bench ids name it: hdd7200, hdd7200.random, ..."""
-        return self.disk if self.layout == "packaged" else f"{self.disk}.{self.layout}"
+        """The disk as launches, app names and bench ids name it: hdd7200, hdd7200.random,
+        hdd7200.xfs, ssd.random.btrfs, ... (ext4, the default, unnamed as before)."""
+        return ".".join([self.disk] + [x for x in (self.layout, self.fs) if x not in ("packaged", "ext4")])
+
+
+OVERLAY = "@overlay"   # the suffix of an app launched from the overlayfs over the disk
 
 
 class DiskUnderTest:
     """The emulated disk holding the system image (chroot) or the machine's own disk."""
 
-    def __init__(self, kind: str, say, layout: str = "packaged"):
-        self.kind, self.say, self.emu, self.layout = kind, say, None, layout
+    def __init__(self, kind: str, say, layout: str = "packaged", fs: str = "ext4"):
+        self.kind, self.say, self.emu, self.layout, self.fs = kind, say, None, layout, fs
+        self.overlay_root: Optional[Path] = None
 
     def __enter__(self):
         if self.kind == "real":
@@ -96,9 +104,10 @@ class DiskUnderTest:
             return self
         from ..emudisk.disk import EmuDisk
         self.say(f"bringing up the emulated {self.kind} disk with the {self.layout} system image "
-                 f"(first time: minutes)")
+                 f"in {self.fs} (first time: minutes)")
         image = "system" if self.layout == "packaged" else f"system-{self.layout}"
-        self.emu = EmuDisk.up(f"bench-{self.kind}-{os.getpid()}", profile=self.kind, image=image)
+        self.emu = EmuDisk.up(f"bench-{self.kind}-{os.getpid()}", profile=self.kind, image=image, fs=self.fs,
+                              progress=self.say)
         self.files_dir = self.emu.mountpoint / appcat.FILES_DIR.lstrip("/")
         self.fs_dev = self.emu.dev
         self.wrap = self.emu.chroot_argv
@@ -111,6 +120,26 @@ class DiskUnderTest:
         if self.emu is not None:
             self.emu.down()
         return False
+
+    def fstype(self) -> Optional[str]:
+        """The type of the file system the apps' files are on (as mounted: ext4, xfs, btrfs, ...)."""
+        from ..mountinfo import mounts
+        # by the mount point holding it (a btrfs subvolume's st_dev is not its mount's device)
+        path = os.fsencode(os.path.realpath(self.emu.mountpoint if self.emu else self.files_dir))
+        under = [m for m in mounts() if path == m.target or path.startswith(m.target.rstrip(b"/") + b"/")]
+        return max(under, key=lambda m: len(m.target)).fstype if under else None
+
+    def mount_overlay(self) -> None:
+        """The overlayfs over the disk's file system (upper and work dirs on tmpfs), as a container
+        runtime mounts an image; after the apps' files are installed in the lower one."""
+        self.overlay_root = self.emu.overlay()
+        self.say(f"overlayfs over the {self.fs} of {self.emu.loop_dev} mounted at {self.overlay_root}")
+
+    def argv(self, app) -> List[str]:
+        """How app runs on this disk: chrooted in the system image, or in the overlay over it."""
+        if app.name.endswith(OVERLAY):
+            return self.emu.chroot_argv(app.argv, root=self.overlay_root)
+        return self.wrap(app.argv)
 
 
 def ensure_profile(conn, dut, say) -> None:
@@ -267,10 +296,12 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
     _check_config(cfg)
     bench_id = time.strftime("%Y%m%d-%H%M%S-") + cfg.label
     tick = progress or (lambda label: None)
-    doc = {"bench_id": bench_id, "disk": cfg.label, "disk_kind": cfg.disk, "layout": cfg.layout, "reps": cfg.reps, "modes": list(cfg.modes),
+    doc = {"bench_id": bench_id, "disk": cfg.label, "disk_kind": cfg.disk, "layout": cfg.layout, "fs": cfg.fs,
+           "overlay": cfg.overlay, "reps": cfg.reps, "modes": list(cfg.modes),
            "started_at": time.time(), "kernel": os.uname().release, "apps": {}, "problems": []}
     until = parse_until("exit")
-    with DiskUnderTest(cfg.disk, say, cfg.layout) as dut:
+    with DiskUnderTest(cfg.disk, say, cfg.layout, cfg.fs) as dut:
+        doc["fs"] = dut.fstype()   # as mounted, the real disk's too
         ensure_profile(conn, dut, say)
         apps = _install_apps(cfg, dut)
         if cfg.unknown:
@@ -308,6 +339,15 @@ def _check_config(cfg: BenchConfig) -> None:
     relocation.check_config(cfg)
     if cfg.layout != "packaged" and cfg.disk == "real":
         raise WarmstartError("--layout applies to the emulated disks: the real disk has its own layout")
+    from ..emudisk.image import FILE_SYSTEMS
+    if cfg.fs not in FILE_SYSTEMS:
+        raise WarmstartError(f"unknown --fs {cfg.fs!r}: use one of {', '.join(FILE_SYSTEMS)}")
+    if cfg.disk == "real" and (cfg.fs != "ext4" or cfg.overlay):
+        raise WarmstartError("--fs and --overlay apply to the emulated disks: the real disk has its own "
+                             "file system; use --disk hdd7200 or ssd")
+    if cfg.overlay and (cfg.unknown or cfg.relocate or cfg.relocate_one):
+        raise WarmstartError("--overlay cannot be combined with --unknown or --relocate: it adds recorded apps "
+                             "to the matrix, and relocating files under a mounted overlay is undefined")
 
 
 def _install_apps(cfg: BenchConfig, dut) -> List[appcat.App]:
@@ -318,6 +358,9 @@ def _install_apps(cfg: BenchConfig, dut) -> List[appcat.App]:
         catalogue.update({n: builtin[n] for n, a in catalogue.items() if a.builtin})
     apps = list(catalogue.values())
     appcat.install_files(apps, dut.files_dir)
+    if cfg.overlay:   # the same apps again, launched from the overlay over the disk
+        dut.mount_overlay()
+        apps += [dataclasses.replace(a, name=a.name + OVERLAY) for a in apps]
     return apps
 
 
@@ -331,7 +374,7 @@ def _prepare_app(conn, cfg: BenchConfig, dut, bench_id: str, app, until, say) ->
     recording (reused when it still matches the disk), its three schedules and its sorted pass.
     Returns (app, name, argv, reference outcome, info for the document)."""
     name = f"{app.name}-{cfg.label}"
-    argv = dut.wrap(app.argv)
+    argv = dut.argv(app)
     make_cold(dut)
     ref = run_launch(conn, argv, NO_PREFETCH, _quiet(cfg, until), store=None)
     if ref.end_reason == "timeout":
@@ -535,4 +578,9 @@ def results(conn, bench_id: str, doc: dict) -> dict:
                                            if r["app"] == s["app"] and r["mode"] == "run-cli"]),
             "hook_outcomes": info.get("hook_outcomes"),
         }
+    for base, r in out.items():   # an overlay launch against the same launch from the lower fs
+        lower = out.get(base[:-len(OVERLAY)]) if base.endswith(OVERLAY) else None
+        if lower is not None:
+            r["overlay_vs_lower"] = {m: stats.ratio(v["median"], (lower["methods"].get(m) or {}).get("median"))
+                                     for m, v in r["methods"].items()}
     return out

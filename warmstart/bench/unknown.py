@@ -36,7 +36,7 @@ def run_unknown(conn, cfg, dut, doc: dict, bench_id: str, apps, until, make_cold
     prepared = []
     for app in apps:
         name = f"{app.name}-{cfg.label}"
-        argv = dut.wrap(app.argv)
+        argv = dut.argv(app)
         make_cold(dut)
         ref = run_fallback_launch(argv, "none", until, cfg.timeout, trace=False)
         if ref.end_reason == "timeout":

@@ -10,6 +10,7 @@ from ..bench import apps as appcat
 from ..bench.matrix import ALL_MODES, DISKS, BenchConfig, run_bench
 from ..cli import emit, json_option
 from ..db.connection import database_file
+from ..emudisk.image import FILE_SYSTEMS
 from ..paths import checkout_root
 from ..report.markdown import render
 
@@ -28,6 +29,13 @@ def _split(value):
 @click.option("--layout", type=click.Choice(["packaged", "random"]), default="packaged", show_default=True,
               help="The emulated disk's system image: packaged (files package by package, a tenth of "
                    "the drive) or random (every file in random order, at full stroke); docs/benchmarks.md.")
+@click.option("--fs", type=click.Choice(FILE_SYSTEMS), default="ext4", show_default=True,
+              help="The emulated disk's file system: its system image in ext4, XFS or btrfs (the same files "
+                   "in the same order); named in the run's disk label (hdd7200.xfs) unless ext4.")
+@click.option("--overlay", is_flag=True,
+              help="Also launch every app from an overlayfs whose lower layer is the emulated disk's file "
+                   "system (upper and work dirs on tmpfs), as a container does, named APP@overlay; its "
+                   "results compare each mode with the same launch from the lower file system.")
 @click.option("--hook-launches", default=5, show_default=True, type=click.IntRange(min=1),
               help="hook mode: consecutive plain launches per app, warmstartd and its learner running.")
 @click.option("--reps", default=5, show_default=True, type=int, help="Repetitions of every mode.")
@@ -49,7 +57,7 @@ def _split(value):
                    "cold and with the fallback mechanisms spec, online, both (issue 7; docs/speculation.md).")
 @json_option
 @click.pass_obj
-def bench(ctx, disk, layout, hook_launches, app_names, extra_apps, reps, modes, timeout, no_timeline, markdown, relocate,
+def bench(ctx, disk, layout, fs, overlay, hook_launches, app_names, extra_apps, reps, modes, timeout, no_timeline, markdown, relocate,
           relocate_one, unknown, as_json):
     """Measure cold, interleave, reorder, segmented (paper and ours) and warm launches.
 
@@ -66,6 +74,8 @@ def bench(ctx, disk, layout, hook_launches, app_names, extra_apps, reps, modes, 
       warmstart bench --disk hdd7200 --modes cold,reorder,segmented --relocate --relocate-one python
       warmstart bench --disk hdd7200 --unknown --reps 5
       warmstart bench --disk hdd7200 --layout random --modes cold,reorder,reorder-ours,segmented,hook,warm
+      warmstart bench --disk hdd7200 --fs xfs --layout random --modes cold,segmented,hook,warm
+      warmstart bench --disk hdd7200 --fs btrfs --overlay --apps python --modes cold,segmented,hook
     """
     if unknown and (relocate or relocate_one):
         raise click.UsageError("--unknown measures apps never recorded: it cannot be combined with --relocate")
@@ -74,10 +84,11 @@ def bench(ctx, disk, layout, hook_launches, app_names, extra_apps, reps, modes, 
     cfg = BenchConfig(disk=disk, apps=appcat.select(_split(app_names), extra_apps), reps=reps,
                       modes=_split(modes), timeout=timeout, timeline=not no_timeline, markdown=None,
                       relocate=relocate, relocate_one=relocate_one, unknown=unknown, layout=layout,
-                      hook_launches=hook_launches)
+                      hook_launches=hook_launches, fs=fs, overlay=overlay)
     conn = ctx.db
-    steps = len(cfg.apps) * (1 + reps * (4 if unknown else len([m for m in cfg.modes if m != "hook"])))
-    steps += len(cfg.apps) * hook_launches * ("hook" in cfg.modes and not unknown)
+    n_apps = len(cfg.apps) * (2 if overlay else 1)
+    steps = n_apps * (1 + reps * (4 if unknown else len([m for m in cfg.modes if m != "hook"])))
+    steps += n_apps * hook_launches * ("hook" in cfg.modes and not unknown)
     steps += reps * (len(cfg.apps) * 2 * relocate + (len(cfg.apps) - 1) * bool(relocate_one))
     say = (lambda msg: click.echo(msg, err=True))
     with click.progressbar(length=steps, label="bench", file=click.get_text_stream("stderr"),

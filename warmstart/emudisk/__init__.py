@@ -1,4 +1,4 @@
-"""Emulated disks: ext4 on a loop device whose requests take the time an HDD or SSD model says.
+"""Emulated disks: ext4, XFS or btrfs on a loop device whose requests take the time an HDD or SSD model says.
 
     from warmstart.emudisk import EmuDisk
     d = EmuDisk.up(name="x", profile="hdd7200", image="empty", size_mb=512)

@@ -21,12 +21,13 @@ def _describe(d: EmuDisk) -> dict:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main():
-    """Emulated disks: ext4 on a loop device whose requests go through a disk model (hddsim).
+    """Emulated disks: ext4, XFS or btrfs on a loop device whose requests go through a disk model (hddsim).
 
     \b
     Examples:
       scripts/emu-disk up --name demo --profile hdd7200 --image empty --size-mb 512
       scripts/emu-disk up --name sys --image system     # aged Debian image, runnable via chroot
+      scripts/emu-disk up --name sysx --image system-random --fs xfs
       scripts/emu-disk stats --name demo --json
       scripts/emu-disk down --name demo
     """
@@ -39,7 +40,7 @@ def main():
               help="system: the packaged layout; system-random: every file in random order, full stroke.")
 @click.option("--size-mb", type=int, default=512, show_default=True)
 @click.option("--fs", type=click.Choice(FILE_SYSTEMS), default="ext4", show_default=True,
-              help="File system of an empty image.")
+              help="File system of the image (empty or system).")
 @click.option("--stroke-bytes", type=int, default=None,
               help="Seek stroke of the modelled drive (default: the image; system: 10x the image).")
 @click.option("--fresh", is_flag=True, help="Rebuild even if a healthy disk of that name is up.")

@@ -15,6 +15,7 @@ from . import chroot, hddsim, image as images, profiles, sysops
 
 STATE_ROOT = Path(os.environ.get("WARMSTART_EMU_STATE", "/run/warmstart-emu"))
 IMAGES = ("empty", "system", "system-random")  # system-*: emudisk.system_image.LAYOUTS
+OVERLAY_DIR = "overlay"   # in the state dir: rw (tmpfs with upper/ and work/) and merged
 
 
 def _state_dir(name: str) -> Path:
@@ -54,15 +55,14 @@ class EmuDisk:
 
         hddsim_args: extra model options (e.g. ["--rpm", "5400"]); see `build/hddsim --help`.
         progress: optional callable(str) told about slow steps (building the system image).
-        fs: the file system of an empty image (ext4, xfs, btrfs); the system image is ext4.
+        fs: the file system (ext4, xfs, btrfs), of an empty image or of the system image (the
+        same files written in the same order in each).
         """
         prof = profiles.get(profile)
         if image not in IMAGES:
             raise WarmstartError(f"unknown image {image!r}: use one of {', '.join(IMAGES)}")
         if fs not in images.FILE_SYSTEMS:
             raise WarmstartError(f"unknown file system {fs!r}: use one of {', '.join(images.FILE_SYSTEMS)}")
-        if image != "empty" and fs != "ext4":
-            raise WarmstartError(f"the {image} image is ext4 only: use image='empty' for {fs}")
         if size_mb < images.MIN_SIZE_MB[fs]:
             raise WarmstartError(f"size_mb={size_mb} is too small for {fs}: use "
                                  f"{images.MIN_SIZE_MB[fs]} or more")
@@ -101,7 +101,8 @@ class EmuDisk:
         else:
             from . import system_image
             layout = state["image"].partition("-")[2] or "packaged"
-            cached = system_image.cached_image(state["size_mb"], progress=progress, layout=layout)
+            cached = system_image.cached_image(state["size_mb"], progress=progress, layout=layout,
+                                               fs=state["fs"])
             images.copy_image(cached, backing)
         image_bytes = backing.stat().st_size
         _write_state(sdir, state)
@@ -120,9 +121,7 @@ class EmuDisk:
         sysops.set_queue(state["loop_dev"], prof.rotational, prof.scheduler)
         mnt = Path(state["mountpoint"])
         mnt.mkdir(parents=True, exist_ok=True)
-        fs = state.get("fs", "ext4")
-        sysops.run(["mount", "-t", fs, state["loop_dev"], str(mnt)],
-                   fix=f"check `dmesg | tail` for the {fs} error")
+        images.mount(state.get("fs", "ext4"), state["loop_dev"], mnt)
         if state["image"].startswith("system"):
             chroot.mount_api(mnt)
             state["chroot"] = True
@@ -146,7 +145,7 @@ class EmuDisk:
         return cls(state)
 
     def healthy(self) -> bool:
-        """Everything of the stack still in place: daemon, FUSE mount, loop device, ext4 mount."""
+        """Everything of the stack still in place: daemon, FUSE mount, loop device, file system mount."""
         if self.fuse_dir is not None:
             if not sysops.pid_alive(self._state.get("hddsim_pid"), "hddsim"):
                 return False
@@ -174,7 +173,9 @@ class EmuDisk:
             state = {}
         backing = Path(state.get("backing") or images.tmpfs_dir() / f"{name}.img")
         fuse_dir = sdir / "fuse"
-        # 1. the ext4 file system and the chroot's /proc, /dev, /tmp mounted inside it
+        # 0. an overlayfs over the disk's file system (it keeps that one busy) and its tmpfs
+        sysops.unmount_all_under(sdir / OVERLAY_DIR)
+        # 1. the file system and the chroot's /proc, /dev, /tmp mounted inside it
         sysops.unmount_all_under(sdir / "mnt")
         # 2. loop devices on the FUSE file or (profile none) on the image itself
         loops = set(sysops.loops_of(fuse_dir / "disk")) | set(sysops.loops_of(backing))
@@ -193,7 +194,8 @@ class EmuDisk:
                 os.unlink(sdir / leftover)
             except FileNotFoundError:
                 pass
-        for d in (sdir / "mnt", fuse_dir, sdir):
+        for d in (sdir / OVERLAY_DIR / "merged", sdir / OVERLAY_DIR / "rw", sdir / OVERLAY_DIR,
+                  sdir / "mnt", fuse_dir, sdir):
             try:
                 d.rmdir()
             except OSError:
@@ -235,9 +237,35 @@ class EmuDisk:
         from ..recorder.coldcache import drop_caches
         drop_caches()
 
-    def chroot_argv(self, argv: List[str], env: Optional[Dict[str, str]] = None) -> List[str]:
-        """argv that runs `argv` chrooted in the image, with a clean environment plus `env`."""
-        return chroot.argv(self.mountpoint, argv, env)
+    def chroot_argv(self, argv: List[str], env: Optional[Dict[str, str]] = None,
+                    root: Optional[Path] = None) -> List[str]:
+        """argv that runs `argv` chrooted in the image (or in root, e.g. overlay()), with a clean
+        environment plus `env`."""
+        return chroot.argv(root or self.mountpoint, argv, env)
+
+    def overlay(self) -> Path:
+        """An overlayfs over this disk's file system, as a container runtime mounts an image: the
+        disk's file system is the lower layer, the upper and work dirs are on a tmpfs. Returns its
+        mount point (runnable with chroot_argv(..., root=) for a system image); the same one if it
+        is already mounted. Change nothing in the lower file system while it is mounted (overlayfs
+        leaves that undefined). Torn down with the disk."""
+        base = _state_dir(self.name) / OVERLAY_DIR
+        rw, merged = base / "rw", base / "merged"
+        if sysops.is_mounted(merged):
+            return merged
+        for d in (rw, merged):
+            d.mkdir(parents=True, exist_ok=True)
+        if not sysops.is_mounted(rw):
+            sysops.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=256m", "tmpfs", str(rw)],
+                       fix="check `dmesg | tail`")
+        for d in ("upper", "work"):
+            (rw / d).mkdir(exist_ok=True)
+        sysops.run(["mount", "-t", "overlay", "overlay", "-o",
+                    f"lowerdir={self.mountpoint},upperdir={rw / 'upper'},workdir={rw / 'work'}", str(merged)],
+                   fix=f"check `dmesg | tail` (overlayfs over {self.fs} needs a kernel with overlay: modprobe overlay)")
+        if self.image.startswith("system"):
+            chroot.mount_api(merged)
+        return merged
 
 
 def _write_state(sdir: Path, state: dict) -> None:

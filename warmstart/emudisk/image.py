@@ -28,6 +28,18 @@ def make_empty(path: Path, size_mb: int, label: str = "warmstart", fs: str = "ex
     run(argv + [label[:label_max], str(path)], fix=f"install {package} (make deps)")
 
 
+# Mount options per file system. XFS refuses a second file system with the same UUID, and copies
+# of one cached system image (a bench's disk and a test's, say) share it: nouuid lets them mount
+# side by side. btrfs mounts such clones on its own (a temporary fsid, kernel 6.7+).
+MOUNT_OPTIONS = {"xfs": ["-o", "nouuid"]}
+
+
+def mount(fs: str, dev: str, target: Path) -> None:
+    """Mount the file system fs on dev at target."""
+    run(["mount", "-t", fs, *MOUNT_OPTIONS.get(fs, []), dev, str(target)],
+        fix=f"check `dmesg | tail` for the {fs} error")
+
+
 def copy_image(src: Path, dst: Path) -> None:
     """Copy a cached image keeping it sparse (tmpfs holds only the used blocks)."""
     dst.parent.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,11 @@ Two layouts (LAYOUTS), so a result is not one disk's accident:
 - random: the directories first, then every file (and byte-code cache) of every package in one
   random order with a fixed seed, in an image RANDOM_SPACE times the data: a disk aged until
   nothing of a package is together, used at full stroke (the image is the whole drive).
+Each layout in each file system of emudisk.image.MKFS (ext4, XFS, btrfs): the file list and its
+order are made once, here, whatever the file system, so the images differ only in how each file
+system places the same files written in the same order.
 Built on a plain loop device (no disk model, fast), then cached in /var/cache/warmstart/images
-keyed by the package set, layout, seed and format version.
+keyed by the package set, layout, file system, size, seed and format version.
 """
 
 import hashlib
@@ -46,10 +49,12 @@ BASE_DIRS = [b"/proc", b"/dev", b"/tmp", b"/etc", b"/root", b"/run", b"/var/tmp"
 Progress = Optional[Callable[[str], None]]
 
 
-def plan(size_mb: int, layout: str = "packaged"):
+def plan(size_mb: int, layout: str = "packaged", fs: str = "ext4"):
     """(packages in write order, image size in MiB, cache key) for this machine."""
     if layout not in LAYOUTS:
         raise WarmstartError(f"unknown layout {layout!r}: use one of {', '.join(LAYOUTS)}")
+    if fs not in images.FILE_SYSTEMS:
+        raise WarmstartError(f"unknown file system {fs!r}: use one of {', '.join(images.FILE_SYSTEMS)}")
     pkgs = packages.installed()
     absent = packages.missing(ROOTS, pkgs)
     if absent:
@@ -69,30 +74,50 @@ def plan(size_mb: int, layout: str = "packaged"):
     order = sorted(needed + filler)
     rng.shuffle(order)
     data_kb = sum(pkgs[n].installed_kb for n in order)
-    # Room for ext4 metadata and small-file slack, plus free space as on a used system.
+    # Room for metadata and small-file slack, plus free space as on a used system. The same size
+    # in every file system, so a seek spans the same fraction of the stroke in each.
     size = max(size_mb, int(data_kb / 1024 * (1.4 if layout == "packaged" else RANDOM_SPACE)) + 128)
     key_src = json.dumps({"v": FORMAT_VERSION, "seed": SEED, "filler": FILLER_MB, "size": size,
                           **({} if layout == "packaged" else {"layout": layout}),
+                          **({} if fs == "ext4" else {"fs": fs}),   # ext4's keys as before
                           "pkgs": [(n, pkgs[n].version) for n in order]}, sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     return [pkgs[n] for n in order], size, key
 
 
-def cached_image(size_mb: int = 512, progress: Progress = None, layout: str = "packaged") -> Path:
-    """Path of the cached system image (building it first if needed). Its size is at least
-    size_mb, more if the files need it."""
-    order, size, key = plan(size_mb, layout)
-    path = CACHE_DIR / f"system-{key}.img"
+def cached_image(size_mb: int = 512, progress: Progress = None, layout: str = "packaged",
+                 fs: str = "ext4") -> Path:
+    """Path of the cached system image in file system fs (building it first if needed). Its size
+    is at least size_mb, more if the files need it."""
+    order, size, key = plan(size_mb, layout, fs)
+    path = CACHE_DIR / (f"system-{key}.img" if fs == "ext4" else f"system-{fs}-{key}.img")
     if path.exists():
         return path
     if progress:
-        progress(f"building the {layout} system image ({len(order)} packages, {size} MiB) into {path} ...")
-    build(order, size, path, layout)
+        progress(f"building the {layout} system image in {fs} ({len(order)} packages, {size} MiB) "
+                 f"into {path} (once; a minute or more) ...")
+    build(order, size, path, layout, fs, progress)
     return path
 
 
-def _write_packaged(root: bytes, order: List[packages.Package]) -> None:
+class _Ticker:
+    """Tells progress how far writing the files is, every tenth of the way."""
+
+    def __init__(self, progress: Progress, total: int, what: str):
+        self.progress, self.total, self.what, self.done, self.shown = progress, max(total, 1), what, 0, 0
+
+    def step(self) -> None:
+        self.done += 1
+        tenth = self.done * 10 // self.total
+        if self.progress and tenth > self.shown:
+            self.shown = tenth
+            self.progress(f"  {self.what}: {10 * tenth}% ({self.done}/{self.total})")
+
+
+def _write_packaged(root: bytes, order: List[packages.Package], progress: Progress = None) -> None:
+    tick = _Ticker(progress, len(order), "packages written")
     for pkg in order:
+        tick.step()
         paths = packages.file_list(pkg)
         for path in paths:
             _copy_entry(root, path)
@@ -103,7 +128,7 @@ def _write_packaged(root: bytes, order: List[packages.Package]) -> None:
                 _copy_bytecode(root, path)
 
 
-def _write_random(root: bytes, order: List[packages.Package]) -> None:
+def _write_random(root: bytes, order: List[packages.Package], progress: Progress = None) -> None:
     """Every directory first (in package order: a parent before its children), then all files,
     symlinks and byte-code caches of all packages in one seeded random order."""
     entries = []
@@ -120,24 +145,28 @@ def _write_random(root: bytes, order: List[packages.Package]) -> None:
                 if path.endswith(b".py"):
                     entries.append((path, True))
     random.Random(SEED + 1).shuffle(entries)
+    tick = _Ticker(progress, len(entries), "files written")
     for path, bytecode in entries:
+        tick.step()
         (_copy_bytecode if bytecode else _copy_entry)(root, path)
 
 
-def build(order: List[packages.Package], size_mb: int, dest: Path, layout: str = "packaged") -> None:
+def build(order: List[packages.Package], size_mb: int, dest: Path, layout: str = "packaged",
+          fs: str = "ext4", progress: Progress = None) -> None:
+    """Write the packages' files in order into a fresh file system fs, then store it at dest."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=images.tmpfs_dir().parent
                                  if images.tmpfs_dir().exists() else None))
     img, mnt, loop = work / "system.img", work / "mnt", None
     tmp = dest.with_name(f"{dest.name}.{os.getpid()}.part")
     try:
-        images.make_empty(img, size_mb, label="warmstart-sys")
+        images.make_empty(img, size_mb, label="warmstart-sys", fs=fs)
         loop = sysops.loop_attach(img, direct_io=False)
         mnt.mkdir()
-        sysops.run(["mount", "-t", "ext4", loop, str(mnt)], fix="check `dmesg | tail`")
+        images.mount(fs, loop, mnt)
         root = os.fsencode(str(mnt))
         _base_layout(root)
-        (_write_packaged if layout == "packaged" else _write_random)(root, order)
+        (_write_packaged if layout == "packaged" else _write_random)(root, order, progress)
         _write_alternatives(root)
         sysops.unmount(root)
         sysops.loop_detach(loop)

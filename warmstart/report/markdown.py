@@ -39,6 +39,11 @@ def targets(doc: dict) -> list:
     elif kind == "ssd":
         checks = [("segmented ≤ 0.65 × cold (median)", med("segmented_vs_cold"), 0.65),
                   ("segmented ≤ 0.95 × best of reorder, interleave (median)", med("segmented_vs_best_baseline"), 0.95)]
+    over = [v for a in r for m, v in (a.get("overlay_vs_lower") or {}).items()
+            if m in ("segmented", "hook") and v is not None]
+    if over:
+        checks.append(("APP@overlay ≤ 1.10 × the same launch from the lower file system "
+                       "(segmented and hook, every app)", max(over), 1.10))
     if any(a.get("hook_vs_best_reorder") is not None for a in r):
         checks += [("hook ≤ 0.95 × the better of reorder, reorder-ours (median over apps)",
                     med("hook_vs_best_reorder"), 0.95),
@@ -48,6 +53,16 @@ def targets(doc: dict) -> list:
     out.append(("every launch correct (exit status and output as a plain run)", len(doc["problems"]),
                 not doc["problems"]))
     return out
+
+
+def _fs_line(doc: dict) -> str:
+    """Which file system the apps ran from (older runs' documents name none: ext4)."""
+    fs = doc.get("fs") or "ext4"
+    line = f"- file system {fs}" + (f", {doc['layout']} layout" if doc.get("layout") else "")
+    if doc.get("overlay"):
+        line += (f"; APP@overlay runs from an overlayfs whose lower layer is that {fs} (upper and work "
+                 "dirs on tmpfs), compared with the same launch from the lower file system")
+    return line
 
 
 def render(doc: dict, command: str = "") -> str:
@@ -62,6 +77,7 @@ def render(doc: dict, command: str = "") -> str:
         "",
         f"- bench run `{doc['bench_id']}`, disk `{doc['disk']}`, {doc['reps']} repetitions per mode, "
         f"kernel {doc['kernel']}, {time.strftime('%Y-%m-%d %H:%M', time.localtime(doc['started_at']))}",
+        _fs_line(doc),
         f"- took {(doc.get('finished_at', doc['started_at']) - doc['started_at']) / 60:.1f} min; "
         "modes round-robin within each repetition; caches dropped before every mode but warm",
         "- interleave and reorder (the papers' baselines) fetch the launch's blocks as recorded; reorder-ours "
