@@ -1,0 +1,102 @@
+"""The launch's lower bound: no prefetcher can make it finish sooner (definition: docs/algorithms.md).
+
+For every cut k over the launch's reads in first-access order (p_1..p_n):
+    cut_k = D(p_1..p_k) + s * B_k
+where D(X) is one LBA-sorted pass over exactly the blocks of X the schedule reads (timed on the
+disk's profile), B_k the wall-clock time during which at least one task of the launch was on a
+CPU after the data of all of p_1..p_k had arrived (min of the recorder's block_requests.busy_after_ns
+over p_1..p_k: reads complete out of order, and merged recordings order blocks by median position;
+the union over threads, never their sum), and s the prefetched launch's CPU / the traced launch's (the analyzer's
+cpu_scale, <= 1). The bound is
+    LB = max( max_k cut_k,  warm launch time,  one sorted O_DIRECT pass of the schedule's reads )
+The cut part comes from the recording and the disk model and is stored with the schedule
+(params["bound"]); the two others are measured by the bench (warm launches, its schedule pass)
+and combined here by launch_bound, the one place that does.
+"""
+
+from dataclasses import asdict, dataclass
+from typing import List, Optional, Sequence, Tuple
+
+# At most this many cuts are timed (evenly spaced, the last read always among them): every cut is a
+# lower bound by itself, so timing fewer only makes the maximum smaller, never wrong.
+MAX_CUTS = 400
+
+Run = Tuple[int, int, int]   # (dev, byte start, byte length)
+
+
+@dataclass
+class CutBound:
+    """max over k of D(p_1..p_k) + s * B_k, and the cut that gave it."""
+    seconds: float
+    k: int                     # 1-based: the cut after p_k (0: no read had a busy time)
+    fetch_s: float             # D(p_1..p_k)
+    cpu_s: float               # s * B_k
+    reads: int                 # n
+    cpu_scale: float
+    busy_known: bool           # False: the recording predates busy_after_ns (CPU half left out)
+    timed: bool                # False: no disk profile, the fetch half is 0
+
+    def to_json(self) -> dict:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def sorted_pass(runs: Sequence[Run], access_time) -> float:
+    """One LBA-sorted pass over runs (overlapping or touching runs read once): access_time's time."""
+    merged: List[List[int]] = []
+    for dev, start, length in sorted(runs):
+        if merged and merged[-1][0] == dev and start <= merged[-1][1] + merged[-1][2]:
+            m = merged[-1]
+            m[2] = max(m[1] + m[2], start + length) - m[1]
+        else:
+            merged.append([dev, start, length])
+    return access_time([tuple(m) for m in merged]) if merged else 0.0
+
+
+def cut_bound(reads: Sequence[Sequence[Run]], busy_after_s: Sequence[Optional[float]], cpu_scale: float,
+              access_time=None) -> CutBound:
+    """reads[i]: the runs of p_{i+1} the schedule fetches; busy_after_s[i]: B of p_{i+1} (None:
+    unknown); access_time(runs) -> seconds, or None when there is no disk model."""
+    n = len(reads)
+    known = [b is not None for b in busy_after_s]
+    scale = min(1.0, max(0.0, cpu_scale))
+    best = CutBound(0.0, 0, 0.0, 0.0, n, scale, any(known), access_time is not None)
+    if n == 0:
+        return best
+    step = max(1, -(-n // MAX_CUTS))
+    cuts = sorted(set(range(step - 1, n, step)) | {n - 1})
+    prefix: List[Run] = []
+    done = 0
+    b: Optional[float] = float("inf")   # the smallest B over the prefix (None once one is unknown)
+    for k in cuts:
+        for i in range(done, k + 1):
+            prefix.extend(reads[i])
+            b = None if b is None or busy_after_s[i] is None else min(b, busy_after_s[i])
+        done = k + 1
+        cpu = scale * b if b is not None else 0.0
+        if access_time is None and b is None:
+            continue
+        fetch = sorted_pass(prefix, access_time) if access_time is not None else 0.0
+        if fetch + cpu > best.seconds:
+            best = CutBound(fetch + cpu, k + 1, fetch, cpu, n, scale, best.busy_known, best.timed)
+    return best
+
+
+def launch_bound(cut_s: Optional[float], warm_s: Optional[float], schedule_pass_s: Optional[float]) -> Optional[float]:
+    """LB = max(cut bound, warm launch, sorted pass of the schedule's reads): None if none is known."""
+    known = [x for x in (cut_s, warm_s, schedule_pass_s) if x is not None]
+    return max(known) if known else None
+
+
+def schedule_runs(sched, dev: Optional[int] = None) -> List[Run]:
+    """The byte runs a schedule reads (of one device if dev is given), for its sorted pass."""
+    return [(r.dev, r.sector * 512, r.nr_sectors * 512) for s in sched.segments for r in s.ranges
+            if dev is None or r.dev == dev]
+
+
+def of_analysis(items, busy_after_ns: Sequence[Optional[int]], cpu_scale: float, prof, dev: int) -> CutBound:
+    """The cut bound of an analysis: items[i] the pieces the schedule fetches for p_{i+1} (after
+    file metadata was added), busy_after_ns[i] its B; timed on prof (the DiskProfile of dev, or
+    None), counting only dev's pieces (the others are not timed: the pass only gets shorter)."""
+    reads = [[(p.dev, p.sector * 512, p.nr_sectors * 512) for p in ps if p.dev == dev] for ps in items]
+    busy = [None if b is None else b / 1e9 for b in busy_after_ns]
+    return cut_bound(reads, busy, cpu_scale, prof.access_time if prof is not None else None)
