@@ -100,3 +100,17 @@ def of_analysis(items, busy_after_ns: Sequence[Optional[int]], cpu_scale: float,
     reads = [[(p.dev, p.sector * 512, p.nr_sectors * 512) for p in ps if p.dev == dev] for ps in items]
     busy = [None if b is None else b / 1e9 for b in busy_after_ns]
     return cut_bound(reads, busy, cpu_scale, prof.access_time if prof is not None else None)
+
+
+def of_schedule(conn, sched, warm_s: Optional[float] = None) -> dict:
+    """The bound of a stored schedule as far as the database knows it: its cut bound (stored by
+    analyze; None for schedules from before it), its reads' sorted pass modelled on the device's
+    profile, and warm_s if the caller has a warm launch time. For `show`."""
+    from .access import schedule_profile
+    cut = (sched.params or {}).get("bound") or {}
+    _, prof, how = schedule_profile(conn, sched)
+    dev = max({r.dev for s in sched.segments for r in s.ranges},
+              key=lambda d: sum(r.nr_sectors for s in sched.segments for r in s.ranges if r.dev == d), default=None)
+    pass_s = sorted_pass(schedule_runs(sched, dev), prof.access_time) if dev is not None else None
+    return {"bound_s": launch_bound(cut.get("seconds"), warm_s, pass_s), "cut": cut or None,
+            "schedule_pass_s": pass_s, "schedule_pass_modelled": how, "warm_s": warm_s}

@@ -88,19 +88,20 @@ def render(summaries, title=None) -> str:
         out.append(f"cold*: {RECORDED_COLD}")
     out.append("")
 
-    out.append("Prefetch: t_exp (Algorithm 1's estimate) vs measured, MiB prefetched per launch")
+    out.append("Prefetch: t_exp (Algorithm 1's estimate) vs measured and the lower bound LB")
     out += _render(
-        [("app", 15, "<"), ("method", 9, "<"), ("mechanism", 9, "<"), ("t_exp", 6, ">"), ("err", 5, ">"),
+        [("app", 14, "<"), ("method", 7, "<"), ("mech", 7, "<"), ("t_exp", 6, ">"), ("LB", 6, ">"), ("err", 5, ">"),
          ("MiB", 6, ">"), ("acc", 4, ">"), ("waste", 5, ">"), ("age", 5, ">"), ("stale", 5, "<")],
         [[key(s), SHORT_METHOD.get(s["prefetch_method"], s["prefetch_method"] or "-"),
-          s["mechanism"] or "-", fmt_s(s["t_exp_s"]), fmt_pct(s["t_exp_error"], signed=True),
+          s["mechanism"] or "-", fmt_s(s["t_exp_s"]), fmt_s(s.get("bound_s")), fmt_pct(s["t_exp_error"], signed=True),
           fmt_bytes(s["prefetched_bytes_median"]), fmt_pct(s["accuracy"]), fmt_pct(s["waste"]),
           fmt_age(s["schedule_age_s"]),
           "-" if s["schedule_stale"] is None else ("yes" if s["schedule_stale"] else "no")]
          for s in summaries])
     out += [f"stale: {s['app']}: {s['schedule_stale_reason']}" for s in summaries if s.get("schedule_stale_reason")]
     out += [f"degraded: {s['app']}: {s['degraded']}" for s in summaries if s.get("degraded")]
-    out.append("err = measured/t_exp - 1; acc = prefetched-and-used/used;")
+    out.append("err = measured/t_exp - 1; LB: no launch can be faster (its bench run's; see")
+    out.append("docs/algorithms.md); MiB prefetched per launch; acc = prefetched-and-used/used;")
     out.append("waste = prefetched-unused/prefetched; age/stale of the schedule used")
     out.append("")
 
