@@ -93,13 +93,25 @@ def schedule_runs(sched, dev: Optional[int] = None) -> List[Run]:
             if dev is None or r.dev == dev]
 
 
+def floor_profile(prof):
+    """The profile the bound's passes are timed on: prof with every switch capped at its average
+    C_switch and no per-request overhead. The model charges a fetch that starts a segment (head
+    position unknown) C_switch and a move inside a pass seek(distance), which can be more; and it
+    charges a request's overhead, so reading through a hole (one request) can cost less than
+    skipping it (two). With both floors one sorted pass never costs more than any schedule of
+    the same or more blocks, however it is cut into segments (tests/test_bound.py)."""
+    import dataclasses
+    return dataclasses.replace(prof, seek_curve=[(d, min(t, prof.c_switch_s)) for d, t in prof.seek_curve],
+                               overhead_s=0.0)
+
+
 def of_analysis(items, busy_after_ns: Sequence[Optional[int]], cpu_scale: float, prof, dev: int) -> CutBound:
     """The cut bound of an analysis: items[i] the pieces the schedule fetches for p_{i+1} (after
     file metadata was added), busy_after_ns[i] its B; timed on prof (the DiskProfile of dev, or
     None), counting only dev's pieces (the others are not timed: the pass only gets shorter)."""
     reads = [[(p.dev, p.sector * 512, p.nr_sectors * 512) for p in ps if p.dev == dev] for ps in items]
     busy = [None if b is None else b / 1e9 for b in busy_after_ns]
-    return cut_bound(reads, busy, cpu_scale, prof.access_time if prof is not None else None)
+    return cut_bound(reads, busy, cpu_scale, floor_profile(prof).access_time if prof is not None else None)
 
 
 def of_schedule(conn, sched, warm_s: Optional[float] = None) -> dict:
@@ -111,6 +123,6 @@ def of_schedule(conn, sched, warm_s: Optional[float] = None) -> dict:
     _, prof, how = schedule_profile(conn, sched)
     dev = max({r.dev for s in sched.segments for r in s.ranges},
               key=lambda d: sum(r.nr_sectors for s in sched.segments for r in s.ranges if r.dev == d), default=None)
-    pass_s = sorted_pass(schedule_runs(sched, dev), prof.access_time) if dev is not None else None
+    pass_s = sorted_pass(schedule_runs(sched, dev), floor_profile(prof).access_time) if dev is not None else None
     return {"bound_s": launch_bound(cut.get("seconds"), warm_s, pass_s), "cut": cut or None,
             "schedule_pass_s": pass_s, "schedule_pass_modelled": how, "warm_s": warm_s}
