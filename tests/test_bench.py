@@ -63,8 +63,11 @@ def test_bench_one_rep_synth(tmp_path):
     assert res["bound_s"] >= max(res["methods"]["warm"]["median"], res["schedule_pass_s"], res["cut_bound_s"])
     assert res["warm_or_raw_pass_s"] == max(res["methods"]["warm"]["median"], res["raw_pass_s"])
     assert res["t_exp_s"] > 0
+    # (its warm part is a measured launch itself: compared with the others, it is the spread)
+    from warmstart.analyzer.bound import launch_bound
+    parts = launch_bound(res["cut_bound_s"], None, res["schedule_pass_s"])
     for mode in ("cold", "reorder", "reorder-ours", "segmented-paper", "segmented"):
-        assert res["methods"][mode]["min"] >= res["bound_s"] - 0.002, (mode, res)
+        assert res["methods"][mode]["min"] >= parts - 0.002, (mode, res)
     assert res["segmented_vs_cold"] == res["methods"]["segmented"]["median"] / res["methods"]["cold"]["median"]
     text = md.read_text()
     assert doc["bench_id"] in text and markdown.section(doc, doc["command"]) in text
