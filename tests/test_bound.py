@@ -213,3 +213,35 @@ def test_a_bound_never_beaten_by_real_launches_on_the_emulated_hdd(emu_hdd, tmp_
         measured[mode] = out.launch_time_s
     granularity = 0.002
     assert all(t >= lb - granularity for t in measured.values()), (lb, cut, measured)
+
+
+def test_show_prints_the_bound_beside_t_exp(tmp_path):
+    """`show`: the stored cut bound, the schedule's modelled pass and their max, text and JSON; a
+    schedule from before the bound says to analyze again."""
+    import json
+    from click.testing import CliRunner
+    from replay_helpers import device_range, make_app
+    from warmstart.cli import cli
+    from warmstart.db import open_db
+    from warmstart.db.schedules import save_schedule
+    from warmstart.model import Schedule, Segment
+    db = tmp_path / "w.db"
+    conn = open_db(db)
+    make_app(conn, "shown", ["/bin/true"])
+    dev = os.stat(tmp_path).st_dev
+    ranges = [device_range(dev, 8, 65536), device_range(dev, 1 << 20, 65536)]
+    cut = bound.CutBound(0.75, 3, 0.05, 0.7, 9, 0.5, True, True).to_json()
+    for params in ({"bound": cut}, {}):
+        seg = Segment(1, 1, 2, 0.02, 0.7, 131072, ranges)
+        save_schedule(conn, Schedule(None, "shown", "optimal", "model", 0.9, 131072, 0, [1], [seg], [], {},
+                                     params=params))
+        conn.commit()
+        out = CliRunner().invoke(cli, ["--db", str(db), "show", "shown"], catch_exceptions=False).output
+        doc = json.loads(CliRunner().invoke(cli, ["--db", str(db), "show", "shown", "--json"]).output)
+        b = doc["lower_bound"]
+        assert b["schedule_pass_s"] > 0 and "t_exp 0.900 s" in out
+        if params:
+            assert b["bound_s"] == max(0.75, b["schedule_pass_s"]) and b["cut"]["k"] == 3
+            assert f"lower bound >= {b['bound_s']:.3f} s: cut after read 3 of 9: fetch 0.050 s + CPU 0.700 s" in out
+        else:
+            assert b["bound_s"] == b["schedule_pass_s"] and "run `warmstart analyze` again" in out
