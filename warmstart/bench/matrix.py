@@ -549,7 +549,7 @@ def results(conn, bench_id: str, doc: dict) -> dict:
         raw = (info.get("raw_pass") or {}).get("seconds")
         sp = info.get("schedule_pass") or {}
         cut = (sp.get("cut") or {}).get("seconds")
-        lb = launch_bound(cut, m.get("warm"), sp.get("seconds"))
+        lb = launch_bound(cut, (s["methods"].get("warm") or {}).get("min"), sp.get("seconds"))
         t_exp = _t_exp(conn, (info.get("schedules") or {}).get("ours"))
         baselines = [x for x in (m.get("reorder"), m.get("interleave")) if x is not None]
         best_baseline = min(baselines) if baselines else None

@@ -108,9 +108,9 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
 
     `sorted_passes` ((app, disk, bench id) -> latest_sorted_passes row) gives a group the parts
     of its lower bound measured in a bench run whose launches are in the group (never another
-    run's): bound_s = analyzer.bound.launch_bound(cut bound, that run's warm median, the sorted
-    pass of its schedule's reads); warm_or_raw_pass_s = max(that warm median, the raw pass), what
-    older runs called LB.
+    run's): bound_s = analyzer.bound.launch_bound(cut bound, that run's fastest warm launch, the
+    sorted pass of its schedule's reads); warm_or_raw_pass_s = max(that run's warm median, the raw
+    pass), what older runs called LB.
 
     `recorded` (from recorded_cold) is the cold reference of an (app, disk) with no cold launch
     of its own, on the disk its recordings read from; an app with recordings and no launches
@@ -137,11 +137,10 @@ def _bound(sp: Optional[dict], rows: list) -> dict:
     if not sp:
         return {"bound_s": None, "warm_or_raw_pass_s": None, "raw_pass_s": None, "schedule_pass_s": None,
                 "cut_bound_s": None}
-    warm = _med(stats.spread(r["launch_time_s"] for r in rows
-                             if r["method"] == "warm" and r["bench_id"] == sp["bench_id"]
-                             and r["exit_status"] in (0, None)))
-    return {"bound_s": launch_bound(sp.get("cut_bound_s"), warm, sp.get("schedule_pass_s")),
-            "warm_or_raw_pass_s": stats.warm_or_raw_pass(warm, sp["seconds"]) if warm is not None else None,
+    warm = stats.spread(r["launch_time_s"] for r in rows
+                        if r["method"] == "warm" and r["bench_id"] == sp["bench_id"] and r["exit_status"] in (0, None))
+    return {"bound_s": launch_bound(sp.get("cut_bound_s"), warm.min if warm else None, sp.get("schedule_pass_s")),
+            "warm_or_raw_pass_s": stats.warm_or_raw_pass(warm.median, sp["seconds"]) if warm else None,
             "raw_pass_s": sp["seconds"], "schedule_pass_s": sp.get("schedule_pass_s"),
             "cut_bound_s": sp.get("cut_bound_s")}
 
