@@ -15,7 +15,9 @@ def _bound_line(b) -> str:
     if cut:
         parts.append(f"cut after read {cut['k']} of {cut['reads']}: fetch {cut['fetch_s']:.3f} s + CPU "
                      f"{cut['cpu_s']:.3f} s" + ("" if cut["busy_known"] else " (recording without busy times: "
-                                                "CPU half unknown, record again)"))
+                                                "CPU half unknown, record again)")
+                     + ("" if cut.get("timed", True) else " (no disk profile: fetch half untimed; "
+                                                          "run `warmstart profile-disk`)"))
     else:
         parts.append("no cut bound (schedule analyzed before it: run `warmstart analyze` again)")
     if b["schedule_pass_s"] is not None:
