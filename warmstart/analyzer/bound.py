@@ -64,20 +64,31 @@ def cut_bound(reads: Sequence[Sequence[Run]], busy_after_s: Sequence[Optional[fl
         return best
     step = max(1, -(-n // MAX_CUTS))
     cuts = sorted(set(range(step - 1, n, step)) | {n - 1})
-    prefix: List[Run] = []
-    done = 0
-    b: Optional[float] = float("inf")   # the smallest B over the prefix (None once one is unknown)
-    for k in cuts:
-        for i in range(done, k + 1):
-            prefix.extend(reads[i])
-            b = None if b is None or busy_after_s[i] is None else min(b, busy_after_s[i])
-        done = k + 1
-        cpu = scale * b if b is not None else 0.0
-        if access_time is None and b is None:
-            continue
-        fetch = sorted_pass(prefix, access_time) if access_time is not None else 0.0
-        if fetch + cpu > best.seconds:
-            best = CutBound(fetch + cpu, k + 1, fetch, cpu, n, scale, best.busy_known, best.timed)
+    mins: List[Optional[float]] = []   # the smallest B over p_1..p_k (None once one is unknown)
+    b: Optional[float] = float("inf")
+    for x in busy_after_s:
+        b = None if b is None or x is None else min(b, x)
+        mins.append(b)
+    cpu = {k: scale * mins[k] if mins[k] is not None else 0.0 for k in cuts}
+    if access_time is None:
+        if not best.busy_known:
+            return best
+        k = max(cuts, key=lambda k: cpu[k])
+        return CutBound(cpu[k], k + 1, 0.0, cpu[k], n, scale, True, False)
+
+    def fetch(k: int) -> float:
+        return sorted_pass([r for runs in reads[:k + 1] for r in runs], access_time)
+
+    # D grows with k (floor_profile) and the CPU half shrinks: the whole pass plus a cut's CPU is
+    # an upper limit of that cut, so cuts are timed from the most CPU down until none can win
+    full = fetch(n - 1)
+    best = CutBound(full + cpu[n - 1], n, full, cpu[n - 1], n, scale, best.busy_known, True)
+    for k in sorted(cuts, key=lambda k: -cpu[k]):
+        if full + cpu[k] <= best.seconds:
+            break
+        d = fetch(k)
+        if d + cpu[k] > best.seconds:
+            best = CutBound(d + cpu[k], k + 1, d, cpu[k], n, scale, best.busy_known, True)
     return best
 
 
