@@ -127,11 +127,16 @@ def of_analysis(items, busy_after_ns: Sequence[Optional[int]], cpu_scale: float,
 
 def of_schedule(conn, sched, warm_s: Optional[float] = None) -> dict:
     """The bound of a stored schedule as far as the database knows it: its cut bound (stored by
-    analyze; None for schedules from before it), its reads' sorted pass modelled on the device's
-    profile, and warm_s if the caller has a warm launch time. For `show`."""
+    analyze; None for schedules from before it), its reads' sorted pass modelled on the profile
+    the schedule was modelled with (else its device's), and warm_s if the caller has a warm
+    launch time. For `show`."""
+    from ..db.profiles import profile_by_id
     from .access import schedule_profile
     cut = (sched.params or {}).get("bound") or {}
-    _, prof, how = schedule_profile(conn, sched)
+    prof = profile_by_id(conn, sched.profile_id) if sched.profile_id else None
+    how = f"profile {sched.profile_id}, the schedule's own"
+    if prof is None:   # the profile the schedule was modelled with, else its device's now
+        _, prof, how = schedule_profile(conn, sched)
     dev = max({r.dev for s in sched.segments for r in s.ranges},
               key=lambda d: sum(r.nr_sectors for s in sched.segments for r in s.ranges if r.dev == d), default=None)
     pass_s = sorted_pass(schedule_runs(sched, dev), floor_profile(prof).access_time) if dev is not None else None
