@@ -76,7 +76,7 @@ def test_stats_functions():
     assert stats.gain(1.0, 4.0) == pytest.approx(0.75)
     assert stats.captured(4.0, 1.0, 0.5) == pytest.approx(3.0 / 3.5)
     assert stats.captured(1.0, 1.0, 1.0) is None
-    assert stats.lower_bound(0.3, 1.2) == 1.2 and stats.lower_bound(0.3, None) == 0.3
+    assert stats.warm_or_raw_pass(0.3, 1.2) == 1.2 and stats.warm_or_raw_pass(0.3, None) == 0.3
     assert stats.estimate_error(1.1, 1.0) == pytest.approx(0.1)
 
 
@@ -204,23 +204,35 @@ def test_everyday_use_is_reported_against_the_recorded_cold_launch(db_path):
     assert "loop3 hdd" in text and "2.200 ±9%*" in text and "75%" in text and "cold*:" in text
 
 
-def test_lower_bound_from_the_stored_sorted_pass(db_path, tmp_path):
-    """A bench's sorted pass (the disk half of LB) is stored; the report's LB is max(warm median,
-    the latest pass on that disk), in the JSON and as a mark on the normalised figure."""
+def test_lower_bound_from_the_bench_runs_own_parts(db_path, tmp_path):
+    """A bench stores its lower bound's parts beside its raw sorted pass; the report's LB is
+    analyzer.bound.launch_bound(cut bound, that run's warm median, the schedule's pass), shown in
+    the JSON, the table and as a mark on the normalised figure; a pass of another bench run (even a
+    later one) is never attached, and the old max(warm, raw pass) is reported under its own name."""
     from warmstart.db.launches import insert_sorted_pass
     conn = open_db(db_path)
     ids = fill(conn)
     plain = json.loads(run(db_path, "--json"))
-    assert all(a["lower_bound_s"] is None for a in plain["apps"])   # nothing measured: no LB
-    insert_sorted_pass(conn, app_id=ids["pyimport"], seconds=0.3, nbytes=10 << 20, ranges=40, disk="ssd")
-    insert_sorted_pass(conn, app_id=ids["pyimport"], seconds=0.4, nbytes=10 << 20, ranges=40, disk="hdd7200")
-    insert_sorted_pass(conn, app_id=ids["gcc"], seconds=0.05, nbytes=1 << 20, ranges=4, disk="hdd7200")
+    assert all(a["bound_s"] is None for a in plain["apps"])   # nothing measured: no LB
+    insert_sorted_pass(conn, app_id=ids["pyimport"], seconds=0.4, nbytes=10 << 20, ranges=40, disk="hdd7200",
+                       bench_id="b1", schedule_pass_s=0.35, cut_bound_s=0.95)
+    insert_sorted_pass(conn, app_id=ids["gcc"], seconds=0.05, nbytes=1 << 20, ranges=4, disk="hdd7200",
+                       bench_id="b1", schedule_pass_s=0.04, cut_bound_s=0.08)
+    # another run's, measured later: not these launches' bound
+    insert_sorted_pass(conn, app_id=ids["pyimport"], seconds=9.0, nbytes=10 << 20, ranges=40, disk="hdd7200",
+                       bench_id="b0", schedule_pass_s=9.0, cut_bound_s=9.0)
+    insert_sorted_pass(conn, app_id=ids["gcc"], seconds=0.3, nbytes=1 << 20, ranges=4, disk="ssd", bench_id="b1")
     doc = json.loads(run(db_path, "--json", "--plot", str(tmp_path / "figs")))
     by_app = {a["app"]: a for a in doc["apps"]}
-    assert by_app["pyimport"]["lower_bound_s"] == 0.4 and by_app["pyimport"]["sorted_pass_s"] == 0.4
-    assert by_app["gcc"]["lower_bound_s"] == 0.1    # warm (0.1 s) is the larger half
+    py, gcc = by_app["pyimport"], by_app["gcc"]
+    assert py["bound_s"] == 0.95 and py["cut_bound_s"] == 0.95 and py["schedule_pass_s"] == 0.35
+    assert py["raw_pass_s"] == 0.4 and py["warm_or_raw_pass_s"] == 0.4
+    assert gcc["bound_s"] == 0.1 and gcc["warm_or_raw_pass_s"] == 0.1   # warm (0.1 s) is the largest part
+    assert "0.950" in run(db_path)
     svg = (tmp_path / "figs" / "normalised.svg").read_text()
     assert "lower bound (LB)" in svg and "thick line: LB" in svg
+    only_b0 = json.loads(run(db_path, "--json", "--bench", "b0"))
+    assert not only_b0["apps"]   # b0 has no launches: its pass alone makes no row
 
 
 def test_history_marks_the_launches_the_feedback_judged_bad(db_path, tmp_path):

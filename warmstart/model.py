@@ -30,6 +30,7 @@ class BlockRequest:
     tid: Optional[int] = None        # the submitting (or issuing) thread
     comm: Optional[str] = None
     cpu_before_ns: int = 0           # c_i, see docs/recording.md
+    busy_after_ns: Optional[int] = None   # wall time some launch task was on CPU after this completed
 
     @property
     def is_write(self) -> bool:

@@ -21,7 +21,7 @@ from ..db.schedules import save_schedule
 from ..model import Range, Schedule, Segment
 from ..errors import WarmstartError
 from ..fs import metadata as fs_metadata
-from . import inputs, probe
+from . import bound, inputs, probe
 from .access import DiskCost, ModelCost
 from .ext4meta import MetadataFinder
 from .filemap import FileMap, Piece
@@ -114,7 +114,7 @@ def map_sequence(seq: LaunchSequence, fmap: FileMap):
             else:
                 carry += a.cpu_ns
             continue
-        kept.append(Access(a.dev, a.sector, a.nr_sectors, a.cpu_ns + carry, a.is_meta))
+        kept.append(Access(a.dev, a.sector, a.nr_sectors, a.cpu_ns + carry, a.is_meta, a.busy_after_ns))
         carry = 0
         items.append(pieces)
     return kept, items
@@ -395,6 +395,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     chosen = seg.chosen
     order = order_segments(chosen, table, cost, opts)                               # 6
     segments = order.segments
+    cut = bound.of_analysis(items, [a.busy_after_ns for a in kept], seg.cpu_scale, cost.prof, cost.dev)
 
     used_files = sorted({r.file for s in segments for r in s.ranges if r.file is not None}, key=lambda f: f.path)
     extents = {i: fmap.extents[f] for i, f in enumerate(used_files)}                # 7
@@ -406,7 +407,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
               "filemap": fmap.report.to_json(),
               "coverage": [{"recording_id": c.recording_id, "fraction": c.fraction} for c in seq.coverage],
               "lossy_recordings": [r.id for r in lossy], "cpu_scale": seg.cpu_scale,
-              "cpu_scale_source": seg.scale_source, **cost.notes}
+              "cpu_scale_source": seg.scale_source, "bound": cut.to_json(), **cost.notes}
     sched = Schedule(None, app_name, chosen.algorithm, cost.method, chosen.t_exp,
                      sum(s.bytes for s in segments), order.waste, rids, segments, used_files, extents,
                      profile_id=cost.profile_id, params=params)

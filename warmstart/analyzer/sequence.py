@@ -9,6 +9,11 @@ the next block: the recorder stores cpu_before_ns (CPU since the previous reques
 c_i = cpu_before(p_{i+1}), c_n = the CPU after the last request (cpu_total - sum), and the CPU
 before the first request is folded into c_1 (it also runs only once the pre-buffer is in).
 
+busy_after_ns of p_i (for the lower bound, analyzer/bound.py) is the recording's wall-clock time
+with some task of the launch on CPU after p_i's data arrived (the union over all threads, JIT and
+worker threads included, not their sum). Where accesses merge, the merged one keeps the smallest
+(a later read's): a cut after both reads, which only lowers the bound.
+
 Several recordings merge at 4 KiB block granularity: a block is kept when at least K of the N
 recordings read it, ordered by the median of its normalised first-access position; the CPU time a
 recording attributes to a request is spread over its blocks and averaged over the N recordings.
@@ -16,7 +21,7 @@ recording attributes to a request is spread over its blocks and averaged over th
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..model import BlockRequest
 
@@ -31,6 +36,7 @@ class Access:
     nr_sectors: int
     cpu_ns: int
     is_meta: bool = False
+    busy_after_ns: Optional[int] = None
 
     @property
     def end(self) -> int:
@@ -119,7 +125,7 @@ def from_requests(requests: Sequence[BlockRequest], tail_cpu_ns: int = 0, merge:
             if out:
                 out[-1].cpu_ns += pending_cpu
                 pending_cpu = 0
-            out.append(Access(r.dev, s, e - s, pending_cpu, r.is_meta))
+            out.append(Access(r.dev, s, e - s, pending_cpu, r.is_meta, r.busy_after_ns))
             pending_cpu = 0
     if out:
         out[-1].cpu_ns += pending_cpu + max(0, tail_cpu_ns)
@@ -134,9 +140,15 @@ def merge_adjacent(accesses: Iterable[Access]) -> List[Access]:
         if out and out[-1].dev == a.dev and out[-1].end == a.sector and out[-1].is_meta == a.is_meta:
             out[-1].nr_sectors += a.nr_sectors
             out[-1].cpu_ns += a.cpu_ns
+            out[-1].busy_after_ns = min_busy(out[-1].busy_after_ns, a.busy_after_ns)
         else:
-            out.append(Access(a.dev, a.sector, a.nr_sectors, a.cpu_ns, a.is_meta))
+            out.append(Access(a.dev, a.sector, a.nr_sectors, a.cpu_ns, a.is_meta, a.busy_after_ns))
     return out
+
+
+def min_busy(a: Optional[int], b: Optional[int]) -> Optional[int]:
+    """The busy time of two merged accesses: the smaller; unknown if either is."""
+    return None if a is None or b is None else min(a, b)
 
 
 def _blocks(a: Access):
@@ -159,6 +171,7 @@ def merge_recordings(seqs: Sequence[Tuple[int, LaunchSequence]], k: int) -> Laun
     pos: Dict[Tuple[int, int], List[float]] = {}
     cpu: Dict[Tuple[int, int], float] = {}
     meta: Dict[Tuple[int, int], bool] = {}
+    busy: Dict[Tuple[int, int], Optional[int]] = {}
     for _, s in seqs:
         nblocks = sum(len(_blocks(a)) for a in s.accesses) or 1
         i = 0
@@ -172,11 +185,12 @@ def merge_recordings(seqs: Sequence[Tuple[int, LaunchSequence]], k: int) -> Laun
                     pos.setdefault(key, []).append(i / nblocks)
                 cpu[key] = cpu.get(key, 0.0) + a.cpu_ns / len(blocks) / n
                 meta[key] = meta.get(key, False) or a.is_meta
+                busy[key] = min_busy(busy.get(key, a.busy_after_ns), a.busy_after_ns)
                 i += 1
     kept = sorted((statistics.median(p), key) for key, p in pos.items() if len(p) >= k)
     keptset = {key for _, key in kept}
-    accesses = [Access(dev, b * BLOCK_SECTORS, BLOCK_SECTORS, int(round(cpu[(dev, b)])), meta[(dev, b)])
-                for _, (dev, b) in kept]
+    accesses = [Access(dev, b * BLOCK_SECTORS, BLOCK_SECTORS, int(round(cpu[(dev, b)])), meta[(dev, b)],
+                       busy[(dev, b)]) for _, (dev, b) in kept]
     coverage = []
     for rid, s in seqs:
         read = covered = 0

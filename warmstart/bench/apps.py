@@ -59,6 +59,34 @@ if __name__ == "__main__":
     print(Greeter(sys.argv[1] if len(sys.argv) > 1 else "world").greet())
 """
 
+# The CPU-heavy launches (issue 25): their CPU between reads is most of their warm launch, so a
+# prefetcher has CPU to hide later fetches behind. pycompile imports standard-library packages one
+# by one and, between imports, compiles each one's source (read from the disk) three times.
+PYCOMPILE = """\"\"\"Import standard-library packages one by one; compile each one's source between imports.\"\"\"
+import importlib
+
+PACKAGES = ("json", "email", "xml.dom.minidom", "http.client", "asyncio", "unittest", "logging.handlers",
+            "argparse", "tarfile", "decimal", "pydoc", "difflib")
+consts = 0
+for name in PACKAGES:
+    mod = importlib.import_module(name)
+    path = getattr(mod, "__file__", None) or ""
+    if not path.endswith(".py"):
+        continue
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    for _ in range(3):
+        consts += len(compile(source, path, "exec").co_consts)
+print(f"compiled {len(PACKAGES)} packages: {consts} constants")
+"""
+# perlpod: perl's diagnostics manual (perldiag.pod, 300 KB, in perl-modules) rendered as text and
+# as a man page by the Pod::Text and Pod::Man it loads: a tool parsing a real input.
+PERLPOD = ("my ($f) = glob '/usr/share/perl/5*/pod/perldiag.pod'; my ($t, $m) = ('', '');"
+           " my $p = Pod::Text->new(width => 76); $p->output_string(\\$t); $p->parse_file($f);"
+           " $p = Pod::Man->new(center => 'bench', release => 'perl', date => '2015-06-01');"
+           " $p->output_string(\\$m); $p->parse_file($f);"
+           " printf qq(perldiag: %d text lines, %d man lines\\n), ($t =~ tr/\\n//), ($m =~ tr/\\n//)")
+
 SYNTH_FILES = 4
 SYNTH_FILE_MB = 8
 # The git app's repository: loose objects (as between two `git gc`s), deterministic history.
@@ -151,6 +179,9 @@ def catalogue(files_dir: str = FILES_DIR) -> Dict[str, App]:
                            "-c", "call writefile([&filetype, b:current_syntax, line('$')], '/dev/stdout')",
                            "-c", "qa!"],
                    setup_files={"hello.c": HELLO_C.encode(), "hello.py": HELLO_PY.encode()}),
+        "pycompile": App("pycompile", ["python3", f"{files_dir}/pycompile.py"],
+                         setup_files={"pycompile.py": PYCOMPILE.encode()}),
+        "perlpod": App("perlpod", ["perl", "-MPod::Text", "-MPod::Man", "-e", PERLPOD]),
     }
 
 

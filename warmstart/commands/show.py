@@ -2,15 +2,35 @@
 
 import click
 
+from ..analyzer.bound import of_schedule
 from ..cli import emit, json_option
 from ..db.schedules import list_schedules, load_active_schedule, load_schedule
 from ..errors import WarmstartError
 
 
-def _text(s, ranges):
+def _bound_line(b) -> str:
+    """The lower bound beside t_exp: its value and which part gave it (docs/algorithms.md)."""
+    cut = b["cut"]
+    parts = []
+    if cut:
+        parts.append(f"cut after read {cut['k']} of {cut['reads']}: fetch {cut['fetch_s']:.3f} s + CPU "
+                     f"{cut['cpu_s']:.3f} s" + ("" if cut["busy_known"] else " (recording without busy times: "
+                                                "CPU half unknown, record again)")
+                     + ("" if cut.get("timed", True) else " (no disk profile: fetch half untimed; "
+                                                          "run `warmstart profile-disk`)"))
+    else:
+        parts.append("no cut bound (schedule analyzed before it: run `warmstart analyze` again)")
+    if b["schedule_pass_s"] is not None:
+        parts.append(f"one sorted pass of its reads {b['schedule_pass_s']:.3f} s (modelled)")
+    parts.append("warm launch not known here (bench measures it)")
+    total = "?" if b["bound_s"] is None else f"{b['bound_s']:.3f} s"
+    return f"  lower bound >= {total}: " + "; ".join(parts)
+
+
+def _text(s, ranges, b):
     lines = [f"schedule #{s.id} of {s.app_name}: {s.algorithm} / {s.probe}, t_exp {s.t_exp_s:.3f} s, "
              f"{s.total_bytes / 1e6:.1f} MB ({s.waste_bytes / 1e6:.2f} MB waste), {len(s.files)} files"
-             + (" [STALE]" if s.stale else "")]
+             + (" [STALE]" if s.stale else ""), _bound_line(b)]
     lines.append(f"  {'seg':>3} {'p':>11} {'ranges':>6} {'MB':>7} {'t_i s':>7} {'cpu s':>7}")
     for g in s.segments:
         lines.append(f"  {g.idx:>3} {g.first_p:>5}-{g.last_p:<5} {len(g.ranges):>6} {g.bytes / 1e6:>7.2f} "
@@ -30,7 +50,7 @@ def _text(s, ranges):
 @json_option
 @click.pass_obj
 def show(ctx, name, schedule_id, list_all, ranges, as_json):
-    """Print NAME's schedule: segments, sizes, t_i, CPU, t_exp.
+    """Print NAME's schedule: segments, sizes, t_i, CPU, t_exp and the lower bound.
 
     \b
     Examples:
@@ -47,4 +67,5 @@ def show(ctx, name, schedule_id, list_all, ranges, as_json):
     s = load_schedule(ctx.db, schedule_id) if schedule_id else load_active_schedule(ctx.db, name)
     if s is None:
         raise WarmstartError(f"{name!r} has no schedule yet: run `warmstart analyze {name}`")
-    emit(s.to_json(), as_json, lambda: _text(s, ranges))
+    b = of_schedule(ctx.db, s)
+    emit({**s.to_json(), "lower_bound": b}, as_json, lambda: _text(s, ranges, b))

@@ -35,20 +35,26 @@ def insert_launch(conn: sqlite3.Connection, *, mode: str, launch_time_s: Optiona
 
 def insert_sorted_pass(conn: sqlite3.Connection, *, app_id: int, seconds: float, nbytes: int, ranges: int,
                        disk: Optional[str] = None, recording_id: Optional[int] = None,
-                       bench_id: Optional[str] = None, modelled: Optional[str] = None) -> int:
+                       bench_id: Optional[str] = None, modelled: Optional[str] = None,
+                       schedule_id: Optional[int] = None, schedule_pass_s: Optional[float] = None,
+                       cut_bound_s: Optional[float] = None) -> int:
+    """seconds: the recording's raw sorted pass; schedule_pass_s and cut_bound_s: the lower
+    bound's parts (analyzer/bound.py) for the schedule schedule_id."""
     cur = conn.execute(
         "INSERT INTO sorted_passes (app_id, recording_id, bench_id, disk, seconds, bytes, ranges, modelled,"
-        " measured_at) VALUES (?,?,?,?,?,?,?,?,?)",
-        (app_id, recording_id, bench_id, disk, seconds, nbytes, ranges, modelled, time.time()))
+        " measured_at, schedule_id, schedule_pass_s, cut_bound_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        (app_id, recording_id, bench_id, disk, seconds, nbytes, ranges, modelled, time.time(),
+         schedule_id, schedule_pass_s, cut_bound_s))
     return cur.lastrowid
 
 
 def latest_sorted_passes(conn: sqlite3.Connection) -> dict:
-    """(app name, disk) -> the latest sorted pass of that app on that disk, as a dict."""
+    """(app name, disk, bench id) -> the latest sorted pass of that app on that disk in that bench
+    run (bench id None: measured outside one), as a dict."""
     rows = conn.execute(
         "SELECT a.name AS app, p.* FROM sorted_passes p JOIN apps a ON a.id = p.app_id"
         " ORDER BY p.measured_at, p.id").fetchall()
-    return {(r["app"], r["disk"]): dict(r) for r in check_all("sorted_passes", rows)}
+    return {(r["app"], r["disk"], r["bench_id"]): dict(r) for r in check_all("sorted_passes", rows)}
 
 
 def apps_with_hook_launches(conn: sqlite3.Connection) -> List[tuple]:

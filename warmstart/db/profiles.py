@@ -49,3 +49,9 @@ def main_device(conn: sqlite3.Connection, sectors_by_dev: Dict[int, int]) -> int
     host's root disk a little, and other I/O can land in a recording on a busy machine)."""
     profiled = [d for d in sectors_by_dev if latest_profile(conn, d)]
     return max(profiled or sectors_by_dev, key=sectors_by_dev.get)
+
+
+def profile_by_id(conn: sqlite3.Connection, profile_id: int) -> Optional[DiskProfile]:
+    """The stored profile profile_id (the one a schedule was modelled with), or None."""
+    row = conn.execute("SELECT profile_json FROM device_profiles WHERE id = ?", (profile_id,)).fetchone()
+    return None if row is None else DiskProfile.from_json(row["profile_json"])

@@ -76,7 +76,8 @@ SPECS: Dict[str, Dict[str, _Col]] = {
                        "nr_sectors": I(0, REQUEST_SECTORS), "rwbs": T(), "is_write": FLAG, "is_readahead": FLAG,
                        "is_meta": FLAG, "queue_ns": I(-I64, null=True), "issue_ns": ANY_NS,
                        "complete_ns": I(-I64, null=True), "pid": I(0, U32, null=True),
-                       "tid": I(0, U32, null=True), "comm": T(null=True), "cpu_before_ns": NS},
+                       "tid": I(0, U32, null=True), "comm": T(null=True), "cpu_before_ns": NS,
+                       "busy_after_ns": I(0, null=True)},
     "page_cache_adds": {"recording_id": I(1), "seq": I(), "t_ns": ANY_NS, "dev": I(), "ino": I(),
                         "first_index": I(0, BIG >> 12), "nr_pages": I(0, ADD_PAGES)},
     "page_uses": {"recording_id": I(1), "dev": I(), "ino": I(), "first_index": I(0, BIG >> 12),
@@ -110,7 +111,8 @@ SPECS: Dict[str, Dict[str, _Col]] = {
                  "schedule_stale_reason": T(null=True), "schedule_bytes": I(0, BIG, null=True)},
     "sorted_passes": {"id": I(1), "app_id": I(1), "recording_id": I(1, null=True), "bench_id": T(null=True),
                       "disk": T(null=True), "seconds": R(), "bytes": I(0, BIG), "ranges": I(0, COUNT),
-                      "modelled": T(null=True), "measured_at": R(), "app": T()},
+                      "modelled": T(null=True), "measured_at": R(), "app": T(),
+                      "schedule_id": I(1, null=True), "schedule_pass_s": R(null=True), "cut_bound_s": R(null=True)},
 }
 
 KEYS = {"block_requests": ("recording_id", "seq"), "page_cache_adds": ("recording_id", "seq"),

@@ -328,6 +328,15 @@ DROP TABLE launches;
 ALTER TABLE launches_new RENAME TO launches;
 CREATE INDEX launches_app ON launches(app_id, mode);
 """),
+    # The CPU half of the launch's lower bound (analyzer/bound.py): wall time during which some
+    # task of the launch was on CPU after each read completed (NULL: recorded before this column);
+    # and the bound's parts beside each sorted pass, so a report attaches a bench's own bound.
+    ("busy after reads", """
+ALTER TABLE block_requests ADD COLUMN busy_after_ns INTEGER;
+ALTER TABLE sorted_passes ADD COLUMN schedule_id INTEGER REFERENCES schedules(id) ON DELETE SET NULL;
+ALTER TABLE sorted_passes ADD COLUMN schedule_pass_s REAL;
+ALTER TABLE sorted_passes ADD COLUMN cut_bound_s REAL;
+"""),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

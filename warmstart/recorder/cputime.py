@@ -6,6 +6,11 @@ start to t. For requests p_1..p_n in issue order:
     c_i = F(issue_i) - F(complete_{i-1})   if p_{i-1} completed before p_i was issued, else 0
 and the tail (CPU after the last completion up to the launch end) is F(end) - F(complete_n).
 CPU spent while a request is outstanding overlaps that I/O already and belongs to no c_i.
+
+B(t) = wall-clock time from the launch start to t during which at least one of the launch's tasks
+was on a CPU (the union of the on-CPU intervals, not their sum: two threads running at once count
+once). busy_after_ns of a request = B(end) - B(complete): the launch's busy time after the request's
+data arrived, the CPU half of the lower bound (docs/algorithms.md, analyzer/bound.py).
 """
 
 import bisect
@@ -42,6 +47,24 @@ class CpuCurve:
 
     def between(self, a: int, b: int) -> int:
         return max(0, self(b) - self(a)) if b > a else 0
+
+
+def busy_curve(intervals: Sequence[Tuple[int, int, int]]) -> CpuCurve:
+    """B(t): the CpuCurve of the union of the intervals (slope 1 while any task runs)."""
+    merged: List[Tuple[int, int, int]] = []
+    for s, e, tid in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e), 0)
+        else:
+            merged.append((s, e, 0))
+    return CpuCurve(merged)
+
+
+def assign_busy(requests: List[BlockRequest], busy: CpuCurve, end_ns: int) -> None:
+    """Set busy_after_ns on the reads: B(end) - B(completion), or from the issue if unseen."""
+    for req in requests:
+        if not req.is_write:
+            req.busy_after_ns = busy.between(req.complete_ns if req.complete_ns is not None else req.issue_ns, end_ns)
 
 
 def assign_cpu(requests: List[BlockRequest], curve: CpuCurve, start_ns: int, end_ns: int) -> int:

@@ -26,7 +26,7 @@ def make_figures(conn, launches: list, summaries: list, plot_dir: Path, progress
             out.append((caption, str(paths[0]), str(paths[1])))
 
     add("Figure: launch time normalised to cold (median, min-max whiskers) per app and method; "
-        "the lower bound LB marked where measured",
+        "the lower bound LB (docs/algorithms.md) marked where its bench run measured it",
         figures.normalised(summaries, plot_dir / "normalised"))
     for s in summaries:
         panels = timeline.pick(conn, launches, s["app"], s["disk"], s["prefetch_method"])

@@ -78,9 +78,9 @@ def normalised(summaries, stem: Path) -> list:
         ax.bar(xs, ys, width, color=gray, hatch=hatch, edgecolor="black", linewidth=0.6, label=m,
                yerr=[lo, hi], capsize=2, error_kw={"elinewidth": 0.8})
     ax.axhline(1.0, color="black", linestyle=":", linewidth=0.8)
-    # the lower bound (max of warm and one sorted pass over the launch's blocks): a thick line
-    # across each app's group of bars, where it was measured
-    lb = [(i, s["lower_bound_s"] / s["cold"]["median"]) for i, s in enumerate(rows) if s.get("lower_bound_s")]
+    # the lower bound (analyzer/bound.py, measured in the bench run of these launches): a thick
+    # line across each app's group of bars
+    lb = [(i, s["bound_s"] / s["cold"]["median"]) for i, s in enumerate(rows) if s.get("bound_s")]
     for k, (i, y) in enumerate(lb):
         ax.hlines(y, i - 0.45, i + 0.45, colors="black", linewidth=2.2, zorder=5,
                   label="lower bound (LB)" if k == 0 else None)

@@ -58,11 +58,10 @@ def captured(cold: Optional[float], prefetched: Optional[float], warm: Optional[
     return (cold - prefetched) / (cold - warm)
 
 
-def lower_bound(warm: Optional[float], sorted_read: Optional[float]) -> Optional[float]:
-    """LB = max(warm launch time, time to read all of the launch's blocks in one LBA-sorted pass).
-
-    A launch needs at least its CPU work (bounded below by warm) and at least its data off the
-    disk (bounded below by one sorted pass); the larger of the two is the physical limit."""
+def warm_or_raw_pass(warm: Optional[float], sorted_read: Optional[float]) -> Optional[float]:
+    """max(warm launch time, one LBA-sorted pass over the recording's raw requests): what older
+    bench runs called LB. Not a lower bound (the raw requests hold unused readahead, and the app's
+    CPU cannot run before its data); the bound is analyzer/bound.py's. Kept for comparisons."""
     known = [x for x in (warm, sorted_read) if x is not None]
     return max(known) if known else None
 

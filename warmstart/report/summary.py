@@ -9,6 +9,7 @@ import json
 import time
 from typing import Iterable, Optional, Sequence
 
+from ..analyzer.bound import launch_bound
 from ..db import launches, recordings
 from ..errors import WarmstartError
 from . import stats
@@ -115,8 +116,11 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
               recorded: Optional[dict] = None, sorted_passes: Optional[dict] = None) -> list:
     """One dict per (app, disk) with medians/spreads per method and the derived gains.
 
-    `sorted_passes` ((app, disk) -> latest_sorted_passes row) gives the disk half of the lower
-    bound: lower_bound_s = max(warm median, that pass), None without both halves' data.
+    `sorted_passes` ((app, disk, bench id) -> latest_sorted_passes row) gives a group the parts
+    of its lower bound measured in a bench run whose launches are in the group (never another
+    run's): bound_s = analyzer.bound.launch_bound(cut bound, that run's fastest warm launch, the
+    sorted pass of its schedule's reads); warm_or_raw_pass_s = max(that run's warm median, the raw
+    pass), what older runs called LB.
 
     `recorded` (from recorded_cold) is the cold reference of an (app, disk) with no cold launch
     of its own, on the disk its recordings read from; an app with recordings and no launches
@@ -128,8 +132,27 @@ def summarize(launches: list, prefetch_method: Optional[str] = None, now: Option
     now = time.time() if now is None else now
     recorded = recorded or {}
     return [_summarize_group(app, disk, rows, prefetch_method, now, recorded.get(app),
-                             (sorted_passes or {}).get((app, disk)))
+                             _own_pass(sorted_passes or {}, app, disk, rows))
             for (app, disk), rows in sorted(_groups(launches, recorded).items())]
+
+
+def _own_pass(passes: dict, app: str, disk: str, rows: list) -> Optional[dict]:
+    """The latest sorted pass of (app, disk) measured in a bench run that these launches are from."""
+    own = [passes[(app, disk, b)] for b in {r["bench_id"] for r in rows if r["bench_id"]} if (app, disk, b) in passes]
+    return max(own, key=lambda p: (p["measured_at"], p["id"])) if own else None
+
+
+def _bound(sp: Optional[dict], rows: list) -> dict:
+    """The lower bound of the group from its own bench run's parts and that run's warm launches."""
+    if not sp:
+        return {"bound_s": None, "warm_or_raw_pass_s": None, "raw_pass_s": None, "schedule_pass_s": None,
+                "cut_bound_s": None}
+    warm = stats.spread(r["launch_time_s"] for r in rows
+                        if r["method"] == "warm" and r["bench_id"] == sp["bench_id"] and r["exit_status"] in (0, None))
+    return {"bound_s": launch_bound(sp.get("cut_bound_s"), warm.min if warm else None, sp.get("schedule_pass_s")),
+            "warm_or_raw_pass_s": stats.warm_or_raw_pass(warm.median, sp["seconds"]) if warm else None,
+            "raw_pass_s": sp["seconds"], "schedule_pass_s": sp.get("schedule_pass_s"),
+            "cut_bound_s": sp.get("cut_bound_s")}
 
 
 def _groups(launches: list, recorded: dict) -> dict:
@@ -194,8 +217,7 @@ def _summarize_group(app: str, disk: str, rows: list, prefetch_method: Optional[
         "prefetched": pref.as_dict() if pref else None,
         "warm": warm.as_dict() if warm else None,
         "gain": stats.gain(_med(pref), _med(cold)),
-        "sorted_pass_s": sp["seconds"] if sp else None,
-        "lower_bound_s": stats.lower_bound(_med(warm), sp["seconds"]) if sp and warm else None,
+        **_bound(sp, rows),
         "captured": stats.captured(_med(cold), _med(pref), _med(warm)),
         "t_exp_s": latest["t_exp_s"] if latest else None,
         "t_exp_error": stats.estimate_error(_med(pref), latest["t_exp_s"]) if latest else None,

@@ -88,12 +88,12 @@ def render(summaries, title=None) -> str:
         out.append(f"cold*: {RECORDED_COLD}")
     out.append("")
 
-    out.append("Prefetch: t_exp (Algorithm 1's estimate) vs measured, MiB prefetched per launch")
+    out.append("Prefetch: t_exp (Algorithm 1's estimate) vs measured and the lower bound LB")
     out += _render(
-        [("app", 15, "<"), ("method", 9, "<"), ("mechanism", 9, "<"), ("t_exp", 6, ">"), ("err", 5, ">"),
+        [("app", 14, "<"), ("method", 7, "<"), ("mech", 7, "<"), ("t_exp", 6, ">"), ("LB", 6, ">"), ("err", 5, ">"),
          ("MiB", 6, ">"), ("acc", 4, ">"), ("waste", 5, ">"), ("age", 5, ">"), ("stale", 5, "<")],
         [[key(s), SHORT_METHOD.get(s["prefetch_method"], s["prefetch_method"] or "-"),
-          s["mechanism"] or "-", fmt_s(s["t_exp_s"]), fmt_pct(s["t_exp_error"], signed=True),
+          s["mechanism"] or "-", fmt_s(s["t_exp_s"]), fmt_s(s.get("bound_s")), fmt_pct(s["t_exp_error"], signed=True),
           fmt_bytes(s["prefetched_bytes_median"]), fmt_pct(s["accuracy"]), fmt_pct(s["waste"]),
           fmt_age(s["schedule_age_s"]),
           "-" if s["schedule_stale"] is None else ("yes" if s["schedule_stale"] else "no")]
@@ -102,7 +102,8 @@ def render(summaries, title=None) -> str:
     out += [f"degraded: {s['app']}: {s['degraded']}" for s in summaries if s.get("degraded")]
     out += [f"not timed: {s['app']}: {s['not_timed']} launch(es) without an exact time, left out of the "
             f"times (the last: {s['not_timed_reason']})" for s in summaries if s.get("not_timed")]
-    out.append("err = measured/t_exp - 1; acc = prefetched-and-used/used;")
+    out.append("err = measured/t_exp - 1; LB: no launch can be faster (its bench run's; see")
+    out.append("docs/algorithms.md); MiB prefetched per launch; acc = prefetched-and-used/used;")
     out.append("waste = prefetched-unused/prefetched; age/stale of the schedule used")
     if any(s["prefetch_method"] == "hook" for s in summaries):
         out.append("hook: acc and waste not measured (residency at the exit; docs/hook.md)")

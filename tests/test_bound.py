@@ -1,0 +1,247 @@
+"""The launch's lower bound (analyzer/bound.py): properties on the disk model (hypothesis), the
+obvious values on simple cases, and real launches on the emulated HDD never beating it."""
+
+import os
+
+from hypothesis import given, settings, strategies as st
+
+from warmstart.analyzer import bound
+from warmstart.analyzer.access import ModelCost
+from warmstart.analyzer.filemap import Piece
+from warmstart.analyzer.ordering import PieceTable
+from warmstart.analyzer.segment import _segs_from_bounds, launch_time, optimise, paper
+
+from test_segment_properties import HDD as MODEL
+
+HDD = bound.floor_profile(MODEL)   # the bound's passes: every switch at most C_switch
+
+# (sector, nr_sectors, c_i ns, is_meta): p_i, as the segmentation's property tests draw them
+item = st.tuples(st.integers(0, (1 << 24) - 64), st.integers(1, 64), st.integers(0, 20_000_000), st.booleans())
+EPS = 1e-9
+
+
+def _world(items):
+    """A launch of the model's world: reads as drawn, CPU c_i after each, run on one CPU. There the
+    busy time after p_k is exactly the CPU from c_k on (the suffix sum)."""
+    pieces = [[Piece(1, s, n, meta, None, 0, n * 512)] for s, n, _, meta in items]
+    cpu = [c / 1e9 for _, _, c, _ in items]
+    busy = [sum(cpu[k:]) for k in range(len(cpu))]
+    reads = [[(1, s * 512, n * 512)] for s, n, _, _ in items]
+    return pieces, cpu, busy, reads
+
+
+def _prefix(cpu):
+    pre = [0.0]
+    for c in cpu:
+        pre.append(pre[-1] + c)
+    return pre
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(item, min_size=1, max_size=50), st.data())
+def test_never_above_the_modelled_launch_of_any_schedule_of_the_same_reads(items, data):
+    pieces, cpu, busy, reads = _world(items)
+    table = PieceTable(pieces)
+    cost = ModelCost(table, MODEL)
+    lb = bound.cut_bound(reads, busy, 1.0, HDD.access_time).seconds
+    n = len(items)
+    cuts = data.draw(st.sets(st.integers(1, n - 1), max_size=min(8, n - 1))) if n > 1 else set()
+    segs = _segs_from_bounds(n, sorted(cuts))
+    pre = _prefix(cpu)
+    assert lb <= launch_time(segs, cost, pre) + EPS
+    for res in (paper(cpu, cost), optimise(cpu, cost, time_budget_s=0.05)):
+        assert lb <= res.t_model + EPS
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(item, min_size=1, max_size=50))
+def test_never_above_warm_plus_one_full_pass(items):
+    _, cpu, busy, reads = _world(items)
+    full = bound.sorted_pass([r for rs in reads for r in rs], HDD.access_time)
+    cut = bound.cut_bound(reads, busy, 1.0, HDD.access_time)
+    warm = sum(cpu)   # the model's warm launch: all of its CPU, nothing to read
+    assert cut.seconds <= warm + full + EPS
+    assert bound.launch_bound(cut.seconds, warm, full) <= warm + full + EPS
+    assert bound.launch_bound(cut.seconds, warm, full) >= max(warm, full, cut.seconds) - EPS
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(item, min_size=1, max_size=40), st.data())
+def test_monotone_in_cpu_reads_and_scale(items, data):
+    _, cpu, busy, reads = _world(items)
+    base = bound.cut_bound(reads, busy, 0.5, HDD.access_time).seconds
+    # more CPU after some read (busy times after it and before it grow by the same amount)
+    k = data.draw(st.integers(0, len(items) - 1))
+    extra = data.draw(st.floats(0.0, 0.05))
+    more_cpu = [b + extra if i <= k else b for i, b in enumerate(busy)]
+    assert bound.cut_bound(reads, more_cpu, 0.5, HDD.access_time).seconds >= base - EPS
+    # a larger CPU scale
+    assert bound.cut_bound(reads, busy, 0.8, HDD.access_time).seconds >= base - EPS
+    # one more read at the end (after all the CPU: busy 0), or a read made longer
+    tail = data.draw(item)
+    longer_reads = reads + [[(1, tail[0] * 512, tail[1] * 512)]]
+    assert bound.cut_bound(longer_reads, busy + [0.0], 0.5, HDD.access_time).seconds >= base - EPS
+    j = data.draw(st.integers(0, len(items) - 1))
+    (dev, start, length), = reads[j]
+    grown = reads[:j] + [[(dev, start, length + 4096)]] + reads[j + 1:]
+    assert bound.cut_bound(grown, busy, 0.5, HDD.access_time).seconds >= base - EPS
+    # the whole: never below its parts
+    assert bound.launch_bound(base, 0.01, 0.02) >= max(base, 0.01, 0.02)
+
+
+def test_simple_cases():
+    at = HDD.access_time
+    one = [(1, 0, 1 << 20)]
+    # one read, then 0.3 s of CPU: the read, then the CPU
+    c = bound.cut_bound([one], [0.3], 1.0, at)
+    assert c.seconds == at(one) + 0.3 and c.k == 1 and c.cpu_s == 0.3
+    # CPU scaled as the prefetched launch spends it
+    assert bound.cut_bound([one], [0.3], 0.5, at).seconds == at(one) + 0.15
+    # two reads, no CPU after them: one sorted pass over both, whatever the recorded order
+    far, near = [(1, 1 << 30, 65536)], [(1, 0, 65536)]
+    c = bound.cut_bound([far, near], [0.0, 0.0], 1.0, at)
+    assert c.seconds == at(near + far) and c.k == 2
+    # all the CPU before the last read: the cut before it (only the first read fetched) wins
+    c = bound.cut_bound([near, far], [0.5, 0.0], 1.0, at)
+    assert c.k == 1 and c.seconds == at(near) + 0.5
+    # a read that completed before an earlier one: the cut after it waits for both
+    c = bound.cut_bound([near, far], [0.1, 0.4], 1.0, at)
+    assert c.k == 2 and c.seconds == at(near + far) + 0.1
+    # overlapping and touching runs are read once
+    assert bound.sorted_pass([(1, 0, 8192), (1, 4096, 8192), (1, 12288, 4096)], at) == at([(1, 0, 16384)])
+    # no disk model: the CPU alone; no busy times (old recording): the pass alone
+    assert bound.cut_bound([one], [0.3], 1.0, None).seconds == 0.3
+    assert bound.cut_bound([one, far], [None, None], 1.0, at).seconds == at(one + far)
+    assert bound.launch_bound(None, None, None) is None and bound.launch_bound(0.2, 0.5, None) == 0.5
+
+
+def test_many_reads_time_a_subset_of_cuts_and_stay_below_every_cut():
+    """Over MAX_CUTS reads only some cuts are timed: the result is still one of the cuts (a bound)."""
+    n = bound.MAX_CUTS * 3 + 7
+    reads = [[(1, (i * 7919 % n) * 65536, 4096)] for i in range(n)]
+    busy = [(n - i) * 1e-3 for i in range(n)]
+    c = bound.cut_bound(reads, busy, 1.0, HDD.access_time)
+    k = c.k
+    assert c.seconds == bound.sorted_pass([r for rs in reads[:k] for r in rs], HDD.access_time) + busy[k - 1]
+    assert bound.cut_bound(reads[-1:], busy[-1:], 1.0, HDD.access_time).seconds <= c.seconds
+
+
+def test_busy_curve_is_the_union_of_the_threads_on_cpu():
+    """B(t) counts wall time with any task on CPU once: two threads at once are not twice as busy."""
+    from warmstart.model import BlockRequest
+    from warmstart.recorder.cputime import assign_busy, busy_curve
+    intervals = [(0, 100, 1), (50, 150, 2), (200, 260, 3), (300, 310, 1)]
+    curve = busy_curve(intervals)
+    assert curve.between(0, 400) == 150 + 60 + 10
+    reqs = [BlockRequest(1, 0, 8, "R", issue_ns=10, complete_ns=120), BlockRequest(1, 8, 8, "W", issue_ns=130),
+            BlockRequest(1, 16, 8, "R", issue_ns=250, complete_ns=None)]
+    assign_busy(reqs, curve, 400)
+    assert reqs[0].busy_after_ns == 30 + 60 + 10 and reqs[1].busy_after_ns is None
+    assert reqs[2].busy_after_ns == 10 + 10   # no completion seen: from its issue
+
+
+def test_the_sequence_keeps_the_smaller_busy_time_where_reads_merge():
+    from warmstart.analyzer.sequence import from_requests, merge_recordings
+    from warmstart.model import BlockRequest
+    reqs = [BlockRequest(1, 0, 8, "R", issue_ns=0, complete_ns=5, busy_after_ns=900),
+            BlockRequest(1, 8, 8, "R", issue_ns=6, complete_ns=9, busy_after_ns=700),    # continues it: merged
+            BlockRequest(1, 800, 8, "R", issue_ns=10, complete_ns=20, busy_after_ns=500)]
+    seq = from_requests(reqs)
+    assert [(a.sector, a.busy_after_ns) for a in seq.accesses] == [(0, 700), (800, 500)]
+    other = from_requests([BlockRequest(1, 0, 16, "R", issue_ns=0, complete_ns=5, busy_after_ns=300),
+                           BlockRequest(1, 800, 8, "R", issue_ns=10, complete_ns=20, busy_after_ns=None)])
+    merged = merge_recordings([(1, seq), (2, other)], 2)
+    assert [(a.sector, a.busy_after_ns) for a in merged.accesses] == [(0, 300), (800, None)]
+
+
+def test_a_bound_never_beaten_by_real_launches_on_the_emulated_hdd(emu_hdd, tmp_path):
+    """A real small launch (two synthlaunch processes at once: scattered reads with CPU bursts between them) recorded and
+    analyzed on the emulated HDD, then launched cold and prefetched (reorder and segmented): each
+    takes at least the bound's parts from the recording and the disk (the cut bound the analysis
+    stored, the schedule's modelled pass), within the clock's granularity. Two processes compute at
+    once, so CPU summed over tasks instead of their union would exceed the launch."""
+    from conftest import REPO, have_tracefs, require
+    from warmstart.analyzer.analyze import analyze
+    from warmstart.analyzer.profile import measure
+    from warmstart.db import open_db
+    from warmstart.db.profiles import save_profile
+    from warmstart.db.schedules import load_active_schedule
+    from warmstart.launching import parse_until
+    from warmstart.recorder.coldcache import drop_caches
+    from warmstart.recorder.recorder import RecordOptions, record_once
+    from warmstart.replay.runner import NO_PREFETCH, LaunchOptions, Prefetch, run_launch
+    import random
+    require(have_tracefs(), "needs root and tracefs")
+    synth = REPO / "build" / "synthlaunch"
+    require(synth.exists(), "run `make binaries` (build/synthlaunch)")
+    d = emu_hdd.mountpoint / f"bound-{os.getpid()}"
+    d.mkdir(exist_ok=True)
+    rng = random.Random(25)
+    for i in range(3):
+        (d / f"d{i}.bin").write_bytes(rng.randbytes(4 << 20))
+    os.sync()
+    def plan(files):
+        steps = []
+        for i in range(16):
+            steps.append(f"read:{d}/d{rng.choice(files)}.bin:{rng.randrange(1000) * 4096}:{rng.choice((4096, 65536))}")
+            if i % 2 == 1:
+                steps.append(f"cpu:{rng.choice((30, 60, 90))}")
+        return " ".join(steps)
+    # two processes reading and computing at once: on two CPUs their CPU adds up to more than the
+    # wall time it takes, so a bound made of summed CPU would exceed the launch
+    argv = ["/bin/sh", "-c", f"{synth} {plan([0, 1])} & {synth} {plan([1, 2])}; wait"]
+    conn = open_db(tmp_path / "w.db")
+    prof, took = measure(emu_hdd.loop_dev)
+    save_profile(conn, emu_hdd.loop_dev, emu_hdd.dev, prof, took)
+    drop_caches()
+    record_once(conn, "boundapp", argv, RecordOptions(until=parse_until("exit"), cold="none", passthrough=False),
+                say=lambda m: None)
+    analyze(conn, "boundapp")
+    sched = load_active_schedule(conn, "boundapp")
+    cut = sched.params["bound"]
+    assert cut["busy_known"] and cut["timed"] and cut["cpu_s"] > 0 and cut["seconds"] > cut["cpu_s"]
+    quiet = LaunchOptions(parse_until("exit"), 60.0, passthrough=False)
+    # the parts from the recording and the disk (the warm part is itself a measured launch: how it
+    # compares with the others is the machine's run-to-run spread, not the bound's)
+    lb = bound.launch_bound(cut["seconds"], None, bound.of_schedule(conn, sched)["schedule_pass_s"])
+    measured = {}
+    for mode in ("none", "reorder", "segmented"):
+        drop_caches()
+        out = run_launch(conn, argv, Prefetch(mode) if mode != "none" else NO_PREFETCH, quiet, store=None,
+                         name="boundapp")
+        assert out.exit_status == 0 and (mode == "none" or out.prefetched), out.notes
+        measured[mode] = out.launch_time_s
+    granularity = 0.002
+    assert all(t >= lb - granularity for t in measured.values()), (lb, cut, measured)
+
+
+def test_show_prints_the_bound_beside_t_exp(tmp_path):
+    """`show`: the stored cut bound, the schedule's modelled pass and their max, text and JSON; a
+    schedule from before the bound says to analyze again."""
+    import json
+    from click.testing import CliRunner
+    from replay_helpers import device_range, make_app
+    from warmstart.cli import cli
+    from warmstart.db import open_db
+    from warmstart.db.schedules import save_schedule
+    from warmstart.model import Schedule, Segment
+    db = tmp_path / "w.db"
+    conn = open_db(db)
+    make_app(conn, "shown", ["/bin/true"])
+    dev = os.stat(tmp_path).st_dev
+    ranges = [device_range(dev, 8, 65536), device_range(dev, 1 << 20, 65536)]
+    cut = bound.CutBound(0.75, 3, 0.05, 0.7, 9, 0.5, True, True).to_json()
+    for params in ({"bound": cut}, {}):
+        seg = Segment(1, 1, 2, 0.02, 0.7, 131072, ranges)
+        save_schedule(conn, Schedule(None, "shown", "optimal", "model", 0.9, 131072, 0, [1], [seg], [], {},
+                                     params=params))
+        conn.commit()
+        out = CliRunner().invoke(cli, ["--db", str(db), "show", "shown"], catch_exceptions=False).output
+        doc = json.loads(CliRunner().invoke(cli, ["--db", str(db), "show", "shown", "--json"]).output)
+        b = doc["lower_bound"]
+        assert b["schedule_pass_s"] > 0 and "t_exp 0.900 s" in out
+        if params:
+            assert b["bound_s"] == max(0.75, b["schedule_pass_s"]) and b["cut"]["k"] == 3
+            assert f"lower bound >= {b['bound_s']:.3f} s: cut after read 3 of 9: fetch 0.050 s + CPU 0.700 s" in out
+        else:
+            assert b["bound_s"] == b["schedule_pass_s"] and "run `warmstart analyze` again" in out
