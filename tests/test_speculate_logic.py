@@ -143,6 +143,25 @@ def test_elf_facts_come_from_the_headers_not_the_whole_file(tmp_path):
     assert elf.interp and elf.interp.startswith(b"/") and b"libc.so.6" in elf.needed
 
 
+def test_an_interpreter_longer_than_any_path_is_refused_unread(tmp_path):
+    """PT_INTERP names a path: one claiming 64 MiB is refused, not read into memory."""
+    import struct
+    data = bytearray(open(shutil.which("ls"), "rb").read())
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    interp = next(phoff + i * phentsize for i in range(phnum)
+                  if struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 3)   # PT_INTERP
+    struct.pack_into("<Q", data, interp + 32, 64 << 20)                            # its p_filesz
+    big = tmp_path / "big"
+    big.write_bytes(data)
+    with open(big, "ab") as f:
+        f.truncate(80 << 20)
+    before = _bytes_read()
+    with open(big, "rb") as f, pytest.raises(ValueError, match="PT_INTERP"):
+        Elf(f)
+    assert _bytes_read() - before < 1 << 20
+
+
 def test_not_an_elf_file_is_a_value_error(tmp_path):
     for content in (b"", b"#!/bin/sh\n", b"\x7fELF" + bytes(60), open(shutil.which("ls"), "rb").read()[:200]):
         (tmp_path / "x").write_bytes(content)

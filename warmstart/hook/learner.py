@@ -466,12 +466,11 @@ class Learner:
         except FileNotFoundError:
             pass
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o077)
+        old = os.umask(0o177)   # the socket is created 0600: no chmod by name afterwards
         try:
             srv.bind(path)
         finally:
             os.umask(old)
-        os.chmod(path, 0o600)
         srv.listen(16)
         srv.setblocking(False)
         sel = selectors.DefaultSelector()

@@ -70,6 +70,8 @@ class Elf:
             self.runpath: List[bytes] = []
             for seg in elf.iter_segments():
                 if seg["p_type"] == "PT_INTERP":
+                    if seg["p_filesz"] > os.pathconf("/", "PC_PATH_MAX"):   # no path is longer: not read
+                        raise ValueError(f"not a readable ELF file: a PT_INTERP of {seg['p_filesz']} bytes")
                     self.interp = seg.data().split(b"\0", 1)[0]   # bytes: any path, not only UTF-8
                 elif seg["p_type"] == "PT_DYNAMIC":
                     for tag in seg.iter_tags():
