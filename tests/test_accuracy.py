@@ -80,6 +80,35 @@ def test_half_covered_schedule_gives_half_accuracy_and_half_waste(disk, tmp_path
         (64 * PAGE, 64 * PAGE, 32 * PAGE)
 
 
+@pytest.mark.parametrize("fixture, subvolume", [("emu_xfs", False), ("emu_btrfs", False), ("emu_btrfs", True)],
+                         ids=["xfs", "btrfs", "btrfs-subvolume"])
+def test_accuracy_on_xfs_and_btrfs_where_the_cache_names_files_by_another_dev(request, tmp_path, fixture, subvolume):
+    """btrfs names a file in the page cache by the file system's dev, not its subvolume's st_dev
+    (which differs even at the top level): the use tracer's device filter and the prefetched
+    pages are keyed as the cache names them (fs.FileSystem.cache_key), else used is 0."""
+    require(SYNTH.exists() and (REPO / "build" / "warmstart-replay").exists(), "run `make binaries`")
+    emu = request.getfixturevalue(fixture)
+    top = emu.mountpoint / f"acc-{os.getpid()}-{request.node.callspec.id}"
+    if subvolume:
+        subprocess.run(["btrfs", "subvolume", "create", str(top)], check=True, capture_output=True)
+    else:
+        top.mkdir()
+    data = top / "data.bin"
+    data.write_bytes(os.urandom(1024 * KIB))
+    os.sync()
+    conn = open_db(tmp_path / "db")
+    argv = [str(SYNTH), f"read:{data}:0:{256 * KIB}"]
+    make_app(conn, "synth", argv)
+    sf = scheduled_file(data)
+    save(conn, "synth", [[file_range(sf, 128 * KIB, 128 * KIB), file_range(sf, 512 * KIB, 128 * KIB)]], [sf])
+    evict(data)
+    out = run_launch(conn, argv, Prefetch(measure_use=True), QUIET, name="synth")
+    assert out.exit_status == 0 and out.prefetched, out.notes
+    pu = out.page_use
+    assert (pu["used_bytes"], pu["prefetched_bytes"], pu["prefetched_used_bytes"]) == \
+        (64 * PAGE, 64 * PAGE, 32 * PAGE), pu
+
+
 def test_replayer_reads_are_not_use_and_unscheduled_files_are_misses(disk, tmp_path):
     """The pread engine fetches with read() from threads of the replayer, here alongside the app
     (interleave, on the emulated hard disk): those get_pages events are the replayer's, not the

@@ -70,25 +70,32 @@ def _pages(offset: int, length: int, size: Optional[int]) -> range:
     return range(offset // PAGE, -(-end // PAGE)) if end > offset else range(0)
 
 
-def _identity_ok(f) -> bool:
-    """The replayer's identity check (replayer/replay.c): a regular file, same dev, ino, size, mtime."""
+def _cache_key(f, fss) -> Optional[Tuple[int, int]]:
+    """(dev, ino) under which the page cache names the scheduled file f, if it passes the
+    replayer's identity check (replayer/replay.c: a regular file, same dev, ino, size, mtime);
+    None if not. The cache's dev is not always st_dev (btrfs: the file system's, not the
+    subvolume's; overlayfs: the layer's file): fs.FileSystem.cache_key."""
     try:
         st = os.stat(f.path)
     except OSError:
-        return False
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (f.dev, f.ino, f.size, f.mtime_ns)
+        return None
+    if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (f.dev, f.ino, f.size, f.mtime_ns):
+        return None
+    found = fss.key_and_real(os.fsencode(f.path))
+    return (st.st_dev, st.st_ino) if found is None else found[0]
 
 
-def prefetched_pages(schedule) -> Tuple[Pages, Dict[Tuple[int, int], int]]:
-    """Pages of the schedule's file ranges whose file still matches, and those files' sizes."""
+def prefetched_pages(schedule, fss) -> Tuple[Pages, Dict[Tuple[int, int], int]]:
+    """Pages of the schedule's file ranges whose file still matches, keyed as the page cache
+    names the files, and those files' sizes."""
     pages: Pages = {}
     sizes = {}
-    ok = {f: _identity_ok(f) for f in schedule.files}
+    keys = {f: _cache_key(f, fss) for f in schedule.files}
     for seg in schedule.segments:
         for r in seg.ranges:
-            if r.file is None or not ok.get(r.file):
+            key = keys.get(r.file) if r.file is not None else None
+            if key is None:
                 continue
-            key = (r.file.dev, r.file.ino)
             sizes[key] = r.file.size
             pages.setdefault(key, set()).update(_pages(r.file_offset, r.length, r.file.size))
     return pages, sizes
@@ -108,21 +115,23 @@ def used_pages(events: List[Event], root_pid: int, start_ns: int, end_ns: int) -
     return out, n
 
 
-def _sizes_near(wanted: Set[Tuple[int, int]], dirs: Iterable[bytes]) -> Dict[Tuple[int, int], int]:
+def _sizes_near(wanted: Set[Tuple[int, int]], dirs: Iterable[bytes], fss) -> Dict[Tuple[int, int], int]:
     """Sizes of unscheduled inodes found in the scheduled files' directories (cheap: the launch
     has just looked these up). Anything else stays unresolved; a full walk of the disk after
     every launch would cost seconds on a hard disk."""
     found = {}
     for d in dirs:
+        fs = fss.of_path(os.path.realpath(os.fsencode(d)))
         try:
-            with os.scandir(d) as it:
+            with os.scandir(os.fsencode(d)) as it:
                 for entry in it:
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    if (st.st_dev, st.st_ino) in wanted:
-                        found[(st.st_dev, st.st_ino)] = st.st_size
+                    key = (st.st_dev, st.st_ino) if fs is None else fs.cache_key(entry.path, st)
+                    if key in wanted:
+                        found[key] = st.st_size
         except OSError:
             continue
         if len(found) == len(wanted):
@@ -133,13 +142,15 @@ def _sizes_near(wanted: Set[Tuple[int, int]], dirs: Iterable[bytes]) -> Dict[Tup
 def measure(schedule, events: List[Event], root_pid: int, start_ns: int, end_ns: int,
             stats: Optional[dict], lost: int) -> PageUse:
     """PageUse of one launch from its trace events and the replayer's stats."""
+    from ..fs import FileSystems
+    fss = FileSystems()
     notes = []
     if stats is None or stats.get("status") != "ok":
         pre: Pages = {}
         sizes = {}
         notes.append("the replayer did not run to completion: nothing counts as prefetched")
     else:
-        pre, sizes = prefetched_pages(schedule)
+        pre, sizes = prefetched_pages(schedule, fss)
     skipped = (stats or {}).get("ranges_skipped_pressure", 0)
     if skipped:
         notes.append(f"the replayer skipped {skipped} ranges under memory pressure; they are "
@@ -149,7 +160,7 @@ def measure(schedule, events: List[Event], root_pid: int, start_ns: int, end_ns:
     raw, n = used_pages(events, root_pid, start_ns, end_ns)
     unsched = {k for k in raw if k not in sizes}
     dirs = sorted({os.path.dirname(f.path) for f in schedule.files})
-    sizes = {**sizes, **_sizes_near(unsched, dirs)} if unsched else sizes
+    sizes = {**sizes, **_sizes_near(unsched, dirs, fss)} if unsched else sizes
     used: Pages = {}
     for key, idx in raw.items():
         size = sizes.get(key)
@@ -176,7 +187,11 @@ class UseTracer:
         self._lost = 0
 
     def __enter__(self):
-        devs = sorted({kernel_dev(f.dev) for f in self.schedule.files}) or [0]
+        from ..fs import FileSystems
+        fss = FileSystems()
+        keys = [fss.key_and_real(os.fsencode(f.path)) for f in self.schedule.files]
+        devs = sorted({kernel_dev(f.dev) for f in self.schedule.files} |   # the cache's dev of each
+                      {kernel_dev(k[0][0]) for k in keys if k is not None}) or [0]
         dev_filter = " || ".join(f"s_dev == {d}" for d in devs)
         root = tracefs_root()
         self._inst = Instance(root, "use", EVENTS, buffer_kb=self.buffer_kb, options=("event-fork",),
