@@ -215,3 +215,30 @@ def test_mapped_files_are_left_to_the_kernel(tmp_path):
         assert p.issued_pages == 0 and (7, 42) in p.mapped
     finally:
         os.close(fd)
+
+
+def test_the_online_prefetcher_finds_a_btrfs_file_by_its_page_cache_name(emu_btrfs):
+    """The page cache names a btrfs file by the file system's dev, which is not its st_dev: the
+    fallback's file finder matches the name the events carry (else nothing is prefetched there)."""
+    import subprocess
+    import sys
+    from warmstart.fs import FileSystems
+    from warmstart.speculate.fallback import FileFinder
+    p = emu_btrfs.mountpoint / f"finder-{os.getpid()}"
+    p.write_bytes(b"x" * 8192)
+    st = os.stat(p)
+    key = FileSystems().key_and_real(os.fsencode(p))[0]
+    assert key != (st.st_dev, st.st_ino)
+    app = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'rb'); "
+                            "print(flush=True); time.sleep(60)", str(p)], stdout=subprocess.PIPE)
+    try:
+        app.stdout.readline()   # the file is open
+        finder = FileFinder()
+        finder.app_pid = app.pid
+        fd = finder(key)
+        assert fd is not None and os.fstat(fd).st_ino == st.st_ino
+        finder.close()
+    finally:
+        app.kill()
+        app.wait()
+        p.unlink()

@@ -86,12 +86,16 @@ class FileFinder:
     def __init__(self):
         self.app_pid: Optional[int] = None
         self.fds: Dict[Key, int] = {}
+        self.fss = None
 
     def __call__(self, key: Key) -> Optional[int]:
         if key in self.fds:
             return self.fds[key]
         if self.app_pid is None:
             return None
+        if self.fss is None:
+            from ..fs import FileSystems
+            self.fss = FileSystems()
         for pid in tree_pids(self.app_pid):
             cands = []
             try:
@@ -104,7 +108,7 @@ class FileFinder:
                     st = os.stat(c)
                 except OSError:
                     continue
-                if (st.st_dev, st.st_ino) == key:
+                if st.st_ino == key[1] and _cache_key(self.fss, c, st) == key:
                     try:
                         self.fds[key] = os.open(c, os.O_RDONLY | os.O_CLOEXEC)
                     except OSError:
@@ -118,6 +122,13 @@ class FileFinder:
         self.fds.clear()
 
 
+def _cache_key(fss, path, st) -> Key:
+    """(dev, ino) under which the page cache names the file at path (stat st): not always st_dev
+    (btrfs: the file system's dev, not its subvolume's; overlayfs: the layer's file)."""
+    found = fss.key_and_real(os.path.realpath(os.fsencode(path)))
+    return (st.st_dev, st.st_ino) if found is None else found[0]
+
+
 def _pages(ranges: Dict[Key, Set[int]]) -> int:
     return sum(len(v) for v in ranges.values())
 
@@ -125,6 +136,8 @@ def _pages(ranges: Dict[Key, Set[int]]) -> int:
 def _preresolve_prefetch(argv, root, env, out: Dict[Key, Set[int]], ra_max: int) -> None:
     """Readahead every library ld.so will map, in inode order (a proxy for disk order), each up
     to ra_max bytes (the copy's per-file cap: a huge executable is mostly not touched)."""
+    from ..fs import FileSystems
+    fss = FileSystems()
     found = []
     for p in launch_files(argv, root, env):
         host = resolve_in_root(root, p)
@@ -134,7 +147,7 @@ def _preresolve_prefetch(argv, root, env, out: Dict[Key, Set[int]], ra_max: int)
             st = os.stat(host)
         except OSError:
             continue
-        found.append((st.st_dev, st.st_ino, host, st.st_size))
+        found.append((*_cache_key(fss, host, st), host, st.st_size))
     for dev, ino, host, size in sorted(set(found)):
         try:
             fd = os.open(host, os.O_RDONLY | os.O_CLOEXEC)
