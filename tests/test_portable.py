@@ -180,6 +180,37 @@ def test_import_elsewhere_maps_paths_and_lbas_and_round_trips_bytes(exported, tm
     assert os.fsencode(json.loads(app["argv_json"])[1]) == local[b"bin/app"]
 
 
+def test_import_onto_btrfs_places_ranges_on_its_device(exported, tmp_path, emu_btrfs):
+    """btrfs's FIEMAP answers logical addresses and its st_dev is no block device: imported ranges
+    are placed on the device the chunk tree maps them to (fs.FileSystem.extents), not refused."""
+    from warmstart.devices import disk_of
+    from warmstart.fs import FileSystems
+    r, files, src_root = exported
+    dst_root = emu_btrfs.mountpoint / f"import-{os.getpid()}"
+    local = copy_tree(files, dst_root, list(files))
+    (tmp_path / "app.wsched").write_bytes(r.data)
+    out = CliRunner().invoke(cli, ["--db", str(tmp_path / "dst.db"), "import", "--json", "--map-prefix",
+                                   f"{src_root}={dst_root}", str(tmp_path / "app.wsched")])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["refused_files"] == 0
+    s = load_active_schedule(open_db(tmp_path / "dst.db"), "demo")
+    fs = FileSystems().of_path(os.fsencode(dst_root))
+    disk, start = disk_of(fs.data_device())
+    n = 0
+    for seg in s.segments:
+        for rg in seg.ranges:
+            if rg.file is None:
+                continue
+            fd = os.open(rg.file.path, os.O_RDONLY)
+            try:
+                ext = [e for e in fs.extents(fd) if e.logical <= rg.file_offset < e.logical + e.length]
+            finally:
+                os.close(fd)
+            assert rg.dev == disk and rg.sector == start + (ext[0].physical + rg.file_offset - ext[0].logical) // 512
+            n += 1
+    assert n >= 9 and {f.path for f in s.files} == set(local.values())
+
+
 def test_changed_files_are_refused_and_counted(exported, tmp_path):
     r, files, src_root = exported
     local = copy_tree(files, tmp_path / "dst", list(files))

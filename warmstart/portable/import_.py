@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..fiemap import mapped_extents_fd, place
+from ..fiemap import place
+from ..fs import FileSystems
 from ..devices import disk_of
 from ..analyzer.access import remodel
 from ..analyzer.ordering import fetch_order
@@ -67,8 +68,10 @@ def map_path(path: bytes, prefix_map: Sequence[Tuple[bytes, bytes]]) -> bytes:
     return path
 
 
-def _check_file(path: bytes, size: int, digest: bytes, spans) -> Tuple[Optional[tuple], Optional[str]]:
-    """((ScheduledFile, extents, stat), None) if the local file matches, else (None, why).
+def _check_file(path: bytes, size: int, digest: bytes, spans, fss) -> Tuple[Optional[tuple], Optional[str]]:
+    """((ScheduledFile, extents, stat, data device), None) if the local file matches, else (None,
+    why). Extents address the data device of its file system (fs.FileSystem.extents: btrfs's
+    logical addresses translated).
 
     The schedule names the file by its real path, as the analyzer's do: the replayer never
     follows a symlink in the last component (one there was put there since the analysis)."""
@@ -90,19 +93,24 @@ def _check_file(path: bytes, size: int, digest: bytes, spans) -> Tuple[Optional[
                 return None, "other content (SHA-256 of the scheduled bytes differs)"
         except OSError as e:
             return None, f"cannot read ({e.strerror or e})"
+        fs = fss.of_path(path)
+        dev = fs.data_device() if fs is not None else None
+        if dev is None:
+            return None, ((fs.cannot_map() if fs else None) or "on no block device") + ": its blocks cannot be placed"
         try:
-            exts = mapped_extents_fd(fd)
+            exts = fs.extents(fd)
         except OSError as e:
             return None, f"no FIEMAP ({e.strerror}): its blocks cannot be placed"
         sf = ScheduledFile(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        return (sf, exts, st), None
+        return (sf, exts, st, dev), None
     finally:
         os.close(fd)
 
 
-def place_range(sf: ScheduledFile, exts: List[Extent], offset: int, length: int) -> List[Range]:
-    """The range [offset, offset+length) of sf as ranges on the whole disk, one per physical run."""
-    disk, start = disk_of(sf.dev)
+def place_range(sf: ScheduledFile, exts: List[Extent], dev: int, offset: int, length: int) -> List[Range]:
+    """The range [offset, offset+length) of sf as ranges on the whole disk, one per physical run
+    (exts address block device dev)."""
+    disk, start = disk_of(dev)
     return [Range(disk, run.sector, run.nr_sectors, run.length, sf, run.file_offset)
             for run in place(exts, offset, length, start)]
 
@@ -131,16 +139,17 @@ def import_schedule(conn, data: bytes, *, name: Optional[str] = None,
 
 
 def _local_files(p: Portable, prefix_map, res: ImportResult) -> Dict[int, tuple]:
-    """Step 1: export file number -> (ScheduledFile, extents, stat) of each local file that
+    """Step 1: export file number -> (ScheduledFile, extents, stat, data device) of each local file that
     matches; the others are refused (in res). Raises if none matches."""
     spans: Dict[int, List[tuple]] = {}
     for s in p.segments:
         for r in s.ranges:
             spans.setdefault(r.file_no, []).append((r.offset, r.length))
     local: Dict[int, tuple] = {}
+    fss = FileSystems()
     for i, f in enumerate(p.files):
         path = map_path(f.path, prefix_map)
-        ok, why = _check_file(path, f.size, f.sha256, spans.get(i, []))
+        ok, why = _check_file(path, f.size, f.sha256, spans.get(i, []), fss)
         if ok:
             local[i] = ok
         else:
@@ -170,10 +179,10 @@ def _placed_segments(p: Portable, local: Dict[int, tuple], metadata: bool, res: 
                     res.refused_ranges += 1
                     res.refused_bytes += r.length
                     continue
-                sf, exts, st = local[r.file_no]
+                sf, exts, st, dev = local[r.file_no]
                 if finder is not None:
                     meta_runs += finder.for_file(sf.path, st)
-                data += place_range(sf, exts, r.offset, r.length)
+                data += place_range(sf, exts, dev, r.offset, r.length)
             meta = _coalesce(meta_runs)
             ranges = fetch_order(meta + data)
             if not ranges:   # nothing left here: its CPU time belongs to its neighbour
