@@ -10,8 +10,10 @@ questions through FileSystem, chosen by the mount's fstype (mountinfo):
   extents(fd)    the file's mapped extents, physical = byte offset on data_device()
                  (btrfs: logical addresses translated through the chunk tree)
 
-Adding a file system is one module here plus a line in KINDS. Metadata warming per file system
-is not here: see fs/metadata.py.
+  metadata       how its metadata is warmed: "bdev" (raw reads of the block device: ext2/3/4)
+                 or "fs" (through the file system; fs/metadata.py has the policy built on it)
+
+Adding a file system is one module here plus a line in _register.
 """
 
 import os
@@ -33,11 +35,16 @@ def _register() -> None:
             KINDS[t] = cls
 
 
-def for_mount(mount: Mount, table: "Optional[FileSystems]" = None) -> FileSystem:
-    """The FileSystem of a mount, by its fstype (unknown types: the generic one)."""
+def kind(fstype: Optional[str]) -> type:
+    """The FileSystem class of an fstype (unknown types: the generic one)."""
     if not KINDS:
         _register()
-    return KINDS.get(mount.fstype, FileSystem)(mount, table)
+    return KINDS.get(fstype or "", FileSystem)
+
+
+def for_mount(mount: Mount, table: "Optional[FileSystems]" = None) -> FileSystem:
+    """The FileSystem of a mount, by its fstype."""
+    return kind(mount.fstype)(mount, table)
 
 
 class FileSystems:

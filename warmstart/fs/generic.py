@@ -1,6 +1,6 @@
 """The generic file system: the page cache names files by (st_dev, ino), FIEMAP (if it has one)
-answers offsets on the mounted block device. Any fstype without a module of its own is this.
-metadata: see fs/metadata.py."""
+answers offsets on the mounted block device, metadata is warmed through the file system. Any
+fstype without a module of its own is this."""
 
 import os
 import stat
@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 class FileSystem:
     fstypes: Tuple[str, ...] = ()
     name = "generic"
+    # how its metadata is warmed before a launch (fs/metadata.py): "fs", through the file system
+    # (its own caches, which reads of the block device do not fill), unless a module says "bdev"
+    metadata = "fs"
 
     def __init__(self, mount: "Mount", table=None):
         self.mount = mount

@@ -1,4 +1,5 @@
-"""How each file system's metadata is warmed before a launch: the one table of the policy.
+"""How each file system's metadata is warmed before a launch: the policy built on each file
+system module's answer (FileSystem.metadata).
 
 - "bdev": the metadata a cold open() reads (inode tables, extent trees, directory blocks) lives
   in the block device's page cache, so raw reads of the device by LBA warm it. ext2/3/4 read
@@ -25,13 +26,13 @@ from ..devices import disk_of, size_bytes
 from ..mountinfo import Mount, mounts
 
 BDEV, FS = "bdev", "fs"
-# file systems whose metadata block-device reads warm (the ext4 driver also mounts ext2/ext3)
-_BY_FSTYPE = {"ext4": BDEV, "ext3": BDEV, "ext2": BDEV}
 
 
 def metadata_mode(fstype: Optional[str]) -> str:
-    """"bdev" when reading the block device warms the file system's metadata, else "fs"."""
-    return _BY_FSTYPE.get(fstype or "", FS)
+    """"bdev" when reading the block device warms the file system's metadata, else "fs" (each
+    file system's module says which: FileSystem.metadata)."""
+    from . import kind
+    return kind(fstype).metadata
 
 
 def fstypes(mount_list: Optional[List[Mount]] = None) -> Dict[int, str]:

@@ -4,7 +4,7 @@ file it shows (the upper one if copied up, else the first lower layer holding it
 upperdir/lowerdir options; everything else is asked of the layer's own file system.
 Whiteouts and opaque directories hide lower files: a path that exists in the merged view is
 looked up top-down, so the first layer holding it is the one shown.
-metadata: see fs/metadata.py."""
+metadata: warmed through the file system (FileSystem.metadata "fs"; fs/metadata.py)."""
 
 import os
 from typing import List, Optional
