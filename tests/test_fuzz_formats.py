@@ -64,6 +64,11 @@ def test_past_findings_stay_fixed():
     assert inputs, f"no past findings in {REGRESSIONS}: write them with tests/fuzz/make_corpus.py --regressions"
     binary = [p for p in inputs if p.suffix != ".txt"]
     assert any(p.name.startswith("refused-") for p in binary) and any(p.suffix == ".txt" for p in inputs), inputs
+    from warmstart.formats import wsr
+    for p in binary:   # of the current format: a refused-* one must be refused for its own defect
+        if p.suffix == ".wsr":
+            assert wsr.HEADER.unpack(p.read_bytes())["version"] == wsr.VERSION, \
+                f"{p.name} is of an older .wsr version: python3 tests/fuzz/make_corpus.py --regressions"
     r = subprocess.run([str(FUZZ), "--replay", *map(str, binary)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(r"wsr: %d executions" % sum(p.suffix == ".wsr" for p in binary), r.stdout), r.stdout
