@@ -277,3 +277,39 @@ def test_an_inode_of_no_mounted_file_system_is_named_not_dropped():
                   [], fss, got.by_name, got.by_walk)
     assert m["mapped_files"] == 0 and m["unmapped_files"] == 1
     assert "mounted" in m["unmapped"][0]["reason"] and m["unmapped"][0]["bytes"] == 3 * 4096
+
+
+def _my_locks(path) -> list:
+    """This process's POSIX locks on the file at path (/proc/locks)."""
+    ino = os.stat(path).st_ino
+    out = []
+    with open("/proc/locks") as f:
+        for line in f:
+            parts = line.split()
+            if "->" in parts:
+                continue            # a waiter, not a holder
+            if parts[1] == "POSIX" and int(parts[4]) == os.getpid() and int(parts[5].split(":")[2]) == ino:
+                out.append(tuple(parts[3:4] + parts[6:8]))
+    return sorted(out)
+
+
+def test_reading_the_open_queue_keeps_this_process_database_locks(tmp_path, needs_tracefs):
+    """An open of the database by anyone while recording queues an event holding an fd of it;
+    closing that fd in the recorder would drop the recorder's SQLite locks (POSIX locks go with
+    any close of the file by the process), and the learner and a `record` then corrupted the
+    database between them ("database disk image is malformed"). The queue is read elsewhere."""
+    from warmstart.recorder.opens import OpenWatch
+    from warmstart.mountinfo import mount_of_path
+    db = tmp_path / "w.db"
+    conn = open_db(db)
+    conn.execute("SELECT count(*) FROM apps").fetchall()
+    shm = f"{db}-shm"
+    before = _my_locks(shm)
+    assert before, "SQLite holds no lock on the -shm: nothing to check"
+    with OpenWatch([mount_of_path(os.fsencode(db)).target]) as watch:
+        subprocess.run([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                        "c.execute('SELECT count(*) FROM apps').fetchall()", str(db)], check=True)
+        names = watch.take()
+    assert os.fsencode(shm) in names and os.fsencode(db) in names
+    assert _my_locks(shm) == before
+    conn.close()

@@ -3,14 +3,17 @@ file system that can hold a launch's file data. Turning inodes into paths from t
 (resolve.py) needs no walk of whole file systems; the walk is left for what no open names (a
 file opened before the recording, or by a path of another namespace).
 
-The queue is read only after the launch (no work of ours while it runs): each event comes with
-an open fd of the file, whose /proc/self/fd link is its path here. Opens by every process are
-queued; any name is as good as the app's own, since resolve checks each name's (dev, ino).
+The queue is read only after the launch (no work of ours while it runs), by a child process:
+each event comes with an open fd of the file, whose /proc/self/fd link is its path, and closing
+it in the recorder would drop the recorder's SQLite locks (OpenWatch.take). Opens by every
+process are queued; any name is as good as the app's own, since resolve checks each name's
+(dev, ino).
 """
 
 import ctypes
 import os
-import struct
+import subprocess
+import sys
 from typing import Iterable, List, Optional
 
 from ..errors import WarmstartError
@@ -22,9 +25,34 @@ FAN_MARK_ADD = 0x1
 FAN_MARK_FILESYSTEM = 0x100
 FAN_OPEN = 0x20
 FAN_OPEN_EXEC = 0x1000
-FAN_Q_OVERFLOW = 0x4000
 AT_FDCWD = -100
-_META = struct.Struct("=IBBHQii")       # fanotify_event_metadata
+# Reads the queue (fd argv[1]) in a process of its own (see take): each file's name, NUL-ended;
+# an empty name where the queue overflowed.
+READER = r"""
+import os, struct, sys
+fd, meta, out = int(sys.argv[1]), struct.Struct("=IBBHQii"), sys.stdout.buffer   # fanotify_event_metadata
+while True:
+    try:
+        buf = os.read(fd, 65536)
+    except BlockingIOError:
+        break
+    if not buf:
+        break
+    pos = 0
+    while pos + meta.size <= len(buf):
+        event_len, _, _, _, mask, efd, _ = meta.unpack_from(buf, pos)
+        pos += max(event_len, meta.size)
+        if mask & 0x4000:                  # FAN_Q_OVERFLOW
+            out.write(b"\0")
+        if efd < 0:
+            continue
+        try:
+            out.write(os.readlink(b"/proc/self/fd/%d" % efd) + b"\0")
+        except OSError:
+            pass
+        finally:
+            os.close(efd)
+"""
 
 
 class OpenWatch:
@@ -56,32 +84,29 @@ class OpenWatch:
         return self
 
     def take(self) -> List[bytes]:
-        """The paths opened since __enter__ (each once, in order of the first open)."""
+        """The paths opened since __enter__ (each once, in order of the first open). The queue is
+        read by a child process (READER): each event brings an open fd of its file, and closing
+        an fd of a file drops every POSIX lock the closing process holds on it. Read here, the
+        event of anyone's open of the warmstart database (this process's SQLite connection, the
+        learner's) would release this process's SQLite locks, and another connection could then
+        write under it: "database disk image is malformed"."""
+        if self.fd is None:
+            return []
+        try:
+            r = subprocess.run([sys.executable, "-I", "-S", "-c", READER, str(self.fd)], pass_fds=(self.fd,),
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            self.overflow = True     # names lost: the walk finds what they would have named
+            return []
         seen, out = set(), []
-        while self.fd is not None:
-            try:
-                buf = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            if not buf:
-                break
-            pos = 0
-            while pos + _META.size <= len(buf):
-                event_len, _, _, _, mask, efd, _ = _META.unpack_from(buf, pos)
-                pos += max(event_len, _META.size)
-                if mask & FAN_Q_OVERFLOW:
-                    self.overflow = True
-                if efd < 0:
-                    continue
-                try:
-                    path = os.readlink(f"/proc/self/fd/{efd}".encode())
-                except OSError:
-                    path = None
-                finally:
-                    os.close(efd)
-                if path and path.startswith(b"/") and not path.endswith(b" (deleted)") and path not in seen:
-                    seen.add(path)
-                    out.append(path)
+        for path in r.stdout.split(b"\0")[:-1]:
+            if not path:
+                self.overflow = True
+            elif path.startswith(b"/") and not path.endswith(b" (deleted)") and path not in seen:
+                seen.add(path)
+                out.append(path)
+        if r.returncode != 0:
+            self.overflow = True
         return out
 
     def __exit__(self, *exc):
