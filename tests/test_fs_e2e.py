@@ -21,13 +21,11 @@ import pytest
 from conftest import _emu_name, have_fuse, have_loop, require
 from test_hook_daemon import have_fanotify_perm
 from test_hook_e2e import BUILD, HookEnv, wait_for_hook_rows
+from warmstart.fs.metadata import metadata_mode
 
 APP = ("import asyncio, logging.handlers, argparse, tarfile, json, email.mime.multipart, "
        "http.client, decimal, sqlite3, unittest")
 REPS = 2           # cold and hooked launches each, interleaved
-# Does the file system read its metadata through the block device's page cache (so that raw
-# device ranges in a schedule warm it)?
-METADATA_IN_BDEV_CACHE = {"ext4": True, "xfs": False, "btrfs": False}
 
 
 class FsHookEnv(HookEnv):
@@ -57,6 +55,14 @@ def _prefetched_launches(h, name: str, capsys) -> dict:
     h.ws("record", "--name", name, "--", *h.argv(name))
     an = h.wsj("analyze", name)
     fm = an["filemap"]
+    from warmstart.db import open_db
+    from warmstart.db.schedules import load_active_schedule
+    from warmstart.devices import disk_of
+    disk_devs = {h.disk.dev, disk_of(h.disk.dev)[0]}
+    conn = open_db(h.db)
+    raw_on_disk = sum(r.length for seg in load_active_schedule(conn, name).segments for r in seg.ranges
+                      if r.file is None and r.dev in disk_devs)
+    conn.close()
     cold, hooked = [], []
     for _ in range(REPS):
         h.disk.drop_caches()
@@ -73,7 +79,7 @@ def _prefetched_launches(h, name: str, capsys) -> dict:
     events = [e for e in h.events() if e.get("event") == "launch"]
     res = {"cold": statistics.median(cold), "hook": statistics.median(hooked), "cold_all": cold,
            "hook_all": hooked, "files": an["files"], "mapped_bytes": fm["mapped_bytes"],
-           "device_bytes": fm["device_bytes"], "metadata_bytes": fm["metadata_bytes"],
+           "device_bytes": fm["device_bytes"], "raw_on_disk": raw_on_disk, "metadata_bytes": fm["metadata_bytes"],
            "skipped_files": fm["skipped_files"], "t_exp_s": an["t_exp_s"],
            "outcomes": [e["outcome"] for e in events], "held_ms": [e.get("held_ms") for e in events]}
     res["ratio"] = res["hook"] / res["cold"]
@@ -86,8 +92,8 @@ def _prefetched_launches(h, name: str, capsys) -> dict:
 def _assert_prefetched(res: dict, fs: str) -> None:
     assert res["files"] >= 50 and res["mapped_bytes"] > 0, \
         f"the schedule maps {res['files']} files ({res['mapped_bytes']} bytes): the launch's files were not found"
-    assert METADATA_IN_BDEV_CACHE[fs] or res["device_bytes"] == 0, \
-        f"{res['device_bytes']} bytes of raw device ranges scheduled on {fs}, whose reads never use them"
+    assert metadata_mode(fs) == "bdev" or res["raw_on_disk"] == 0, \
+        f"{res['raw_on_disk']} bytes of raw ranges of the disk scheduled on {fs}, whose reads never use them"
     out = res["outcomes"]
     assert len(out) == REPS and all(o in ("ready", "deadline") for o in out) and out.count("ready") * 2 >= REPS, out
     assert res["hook"] < res["cold"], \

@@ -28,11 +28,15 @@ def test_each_file_system_has_its_mode():
         assert metadata.metadata_mode(fs) == metadata.FS, fs
 
 
-def test_raw_reads_help_only_inside_an_ext4():
-    ext4, xfs, btrfs = os.makedev(7, 200), os.makedev(7, 201), os.makedev(0, 244)
+def test_raw_reads_help_only_inside_an_ext4_we_can_read(emu_hdd):
+    """An ext4's device (the emulated disk's), not XFS's or btrfs's; nor an ext4 on a device whose
+    node cannot be opened (this machine's root disk: EPERM; here one with no node at all)."""
+    ext4, xfs, btrfs, gone = emu_hdd.dev, os.makedev(7, 201), os.makedev(0, 244), os.makedev(7, 250)
+    require(not os.path.exists("/dev/loop250"), "/dev/loop250 exists")
     policy = metadata.RawReadPolicy([Mount(ext4, b"/", b"/a", "ext4"), Mount(xfs, b"/", b"/b", "xfs"),
-                                     Mount(btrfs, b"/", b"/c", "btrfs")])
+                                     Mount(btrfs, b"/", b"/c", "btrfs"), Mount(gone, b"/", b"/d", "ext4")])
     assert policy.helps(ext4, 0) and policy.helps(ext4, 1 << 30)
+    assert not policy.helps(gone, 0) and "no device node" in policy.why_not(gone)
     assert not policy.helps(xfs, 0)
     assert not policy.helps(os.makedev(7, 202), 0)      # no mount: a btrfs member device, say
     assert "xfs" in policy.why_not(xfs) and "no mounted file system" in policy.why_not(os.makedev(7, 202))

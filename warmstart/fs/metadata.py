@@ -22,7 +22,7 @@ mount (RawReadPolicy: kept on an ext4 lower layer, dropped on XFS or btrfs).
 import os
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ..devices import disk_of, size_bytes
+from ..devices import device_node, disk_of, size_bytes
 from ..mountinfo import Mount, mounts
 
 BDEV, FS = "bdev", "fs"
@@ -64,6 +64,7 @@ class RawReadPolicy:
     def __init__(self, mount_list: Optional[List[Mount]] = None):
         self._areas: Dict[int, List[Tuple[int, int]]] = {}     # block dev -> sector spans
         self.fstype: Dict[int, str] = {}                      # block dev -> the fs seen on it
+        self._unreadable: Dict[int, Optional[str]] = {}       # block dev -> why it cannot be read
         for m in mount_list if mount_list is not None else mounts():
             if os.major(m.dev) == 0:
                 continue             # no block device (btrfs, tmpfs, overlay...): nothing by LBA
@@ -78,11 +79,27 @@ class RawReadPolicy:
                 self._areas.setdefault(disk, []).append((start, end))
 
     def helps(self, dev: int, sector: int) -> bool:
-        """Whether reading `sector` of block device `dev` can warm a mounted file system."""
-        return any(a <= sector < b for a, b in self._areas.get(dev, ()))
+        """Whether reading `sector` of block device `dev` can warm a mounted file system (and
+        the device can be read at all: some machines refuse opens of their root disk's node)."""
+        return any(a <= sector < b for a, b in self._areas.get(dev, ())) and self._readable(dev) is None
+
+    def _readable(self, dev: int) -> Optional[str]:
+        """None if dev's node opens for reading, else why not (asked once per device)."""
+        if dev not in self._unreadable:
+            node = device_node(dev)
+            why = None if node else "no device node"
+            try:
+                if node:
+                    os.close(os.open(node, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK))
+            except OSError as e:
+                why = f"cannot read {node}: {e.strerror}"
+            self._unreadable[dev] = why
+        return self._unreadable[dev]
 
     def why_not(self, dev: int) -> str:
         """The reason raw ranges of `dev` are not scheduled (for the analysis report)."""
+        if dev in self._areas and self._readable(dev):
+            return f"{self._readable(dev)}: raw reads of it cannot be made here"
         fs = self.fstype.get(dev)
         if fs is None:
             return "no mounted file system on this device (btrfs and stacked devices show none): raw reads help nothing"
