@@ -129,7 +129,8 @@ def _record_and_map(disk, tag, request, tmp_path):
 def test_ext4_schedules_keep_block_device_metadata(emu_hdd, request, tmp_path):
     report, raw = _record_and_map(emu_hdd, "ext4", request, tmp_path)
     assert raw, "ext4: the files' inode, directory and extent blocks are read through the block device"
-    assert report.dropped_raw_bytes == 0 and not report.raw_dropped
+    # none of the disk's dropped (the host's root disk may be: it cannot be opened on some machines)
+    assert f"{os.major(emu_hdd.dev)}:{os.minor(emu_hdd.dev)}" not in report.raw_dropped, report
 
 
 @pytest.mark.parametrize("fs", ["xfs", "btrfs"])
