@@ -126,18 +126,27 @@ def test_many_reads_time_a_subset_of_cuts_and_stay_below_every_cut():
     assert bound.cut_bound(reads[-1:], busy[-1:], 1.0, HDD.access_time).seconds <= c.seconds
 
 
-def test_busy_curve_is_the_union_of_the_threads_on_cpu():
-    """B(t) counts wall time with any task on CPU once: two threads at once are not twice as busy."""
+def test_busy_after_a_read_is_its_readers_and_later_tasks_cpu_whatever_the_load():
+    """The CPU that must follow a read: the reader's own after it, and all of the tasks created
+    after its data arrived (max of the longest, and the sum over 2 CPUs); a task already running
+    (another process computing at once) is not counted, and how the scheduler placed the tasks
+    (at once, or one after the other on a busy machine) changes nothing."""
     from warmstart.model import BlockRequest
-    from warmstart.recorder.cputime import assign_busy, busy_curve
-    intervals = [(0, 100, 1), (50, 150, 2), (200, 260, 3), (300, 310, 1)]
-    curve = busy_curve(intervals)
-    assert curve.between(0, 400) == 150 + 60 + 10
-    reqs = [BlockRequest(1, 0, 8, "R", issue_ns=10, complete_ns=120), BlockRequest(1, 8, 8, "W", issue_ns=130),
-            BlockRequest(1, 16, 8, "R", issue_ns=250, complete_ns=None)]
-    assign_busy(reqs, curve, 400)
-    assert reqs[0].busy_after_ns == 30 + 60 + 10 and reqs[1].busy_after_ns is None
-    assert reqs[2].busy_after_ns == 10 + 10   # no completion seen: from its issue
+    from warmstart.recorder.cputime import assign_busy
+    born = {1: 0, 2: 40, 3: 180, 4: 190}
+    at_once = [(0, 100, 1), (50, 150, 2), (200, 260, 3), (200, 240, 4), (300, 310, 1)]
+    serial = [(0, 100, 1), (100, 200, 2), (200, 260, 3), (260, 300, 4), (300, 310, 1)]   # a busy machine
+    for intervals in (at_once, serial):
+        reqs = [BlockRequest(1, 0, 8, "R", issue_ns=10, complete_ns=120, tid=1),
+                BlockRequest(1, 8, 8, "W", issue_ns=130, tid=1),
+                BlockRequest(1, 16, 8, "R", issue_ns=185, complete_ns=None, tid=3),
+                BlockRequest(1, 24, 8, "R", issue_ns=20, complete_ns=60, tid=2)]
+        assign_busy(reqs, intervals, born, 400, 2)
+        # task 1 after 120: 10; tasks 3 and 4 (born after): 60 and 40 -> max(10, 60, 110 // 2)
+        assert reqs[0].busy_after_ns == 60 and reqs[1].busy_after_ns is None
+        assert reqs[2].busy_after_ns == 60   # no completion seen: from its issue (task 4, born 190, after)
+        # task 2 after 60: 90 (at once) or 100 (it ran later); 3 and 4 add (90 + 100) // 2 = 95
+        assert reqs[3].busy_after_ns == {id(at_once): 95, id(serial): 100}[id(intervals)]
 
 
 def test_the_sequence_keeps_the_smaller_busy_time_where_reads_merge():

@@ -3,10 +3,9 @@
 For every cut k over the launch's reads in first-access order (p_1..p_n):
     cut_k = D(p_1..p_k) + s * B_k
 where D(X) is one LBA-sorted pass over exactly the blocks of X the schedule reads (timed on the
-disk's profile floored by floor_profile), B_k the wall-clock time during which at least one task
-of the launch was on a CPU after the data of all of p_1..p_k had arrived (the smallest of the
-recorder's block_requests.busy_after_ns over p_1..p_k: reads complete out of order, and merged
-recordings order blocks by median position; the union over threads, never their sum), and s the
+disk's profile floored by floor_profile), B_k the CPU that must follow the data of p_1..p_k (the
+smallest of the recorder's block_requests.busy_after_ns over p_1..p_k: reads complete out of
+order, and merged recordings order blocks by median position; recorder/cputime.assign_busy), and s the
 prefetched launch's CPU / the traced launch's (the analyzer's cpu_scale, <= 1). The bound is
     LB = max( max_k cut_k,  warm launch time,  one sorted O_DIRECT pass of the schedule's reads )
 The cut part comes from the recording and the disk model and is stored with the schedule

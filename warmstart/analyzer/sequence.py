@@ -9,9 +9,8 @@ the next block: the recorder stores cpu_before_ns (CPU since the previous reques
 c_i = cpu_before(p_{i+1}), c_n = the CPU after the last request (cpu_total - sum), and the CPU
 before the first request is folded into c_1 (it also runs only once the pre-buffer is in).
 
-busy_after_ns of p_i (for the lower bound, analyzer/bound.py) is the recording's wall-clock time
-with some task of the launch on CPU after p_i's data arrived (the union over all threads, JIT and
-worker threads included, not their sum). Where accesses merge, the merged one keeps the smallest
+busy_after_ns of p_i (for the lower bound, analyzer/bound.py) is the CPU that must follow p_i's
+data (recorder/cputime.assign_busy). Where accesses merge, the merged one keeps the smallest
 (a later read's): a cut after both reads, which only lowers the bound.
 
 Several recordings merge at 4 KiB block granularity: a block is kept when at least K of the N

@@ -7,14 +7,12 @@ start to t. For requests p_1..p_n in issue order:
 and the tail (CPU after the last completion up to the launch end) is F(end) - F(complete_n).
 CPU spent while a request is outstanding overlaps that I/O already and belongs to no c_i.
 
-B(t) = wall-clock time from the launch start to t during which at least one of the launch's tasks
-was on a CPU (the union of the on-CPU intervals, not their sum: two threads running at once count
-once). busy_after_ns of a request = B(end) - B(complete): the launch's busy time after the request's
-data arrived, the CPU half of the lower bound (docs/algorithms.md, analyzer/bound.py).
+busy_after_ns of a request: the CPU that must follow its data in any launch, the CPU half of the
+lower bound (assign_busy; docs/algorithms.md, analyzer/bound.py).
 """
 
 import bisect
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from ..model import BlockRequest
 
@@ -49,22 +47,35 @@ class CpuCurve:
         return max(0, self(b) - self(a)) if b > a else 0
 
 
-def busy_curve(intervals: Sequence[Tuple[int, int, int]]) -> CpuCurve:
-    """B(t): the CpuCurve of the union of the intervals (slope 1 while any task runs)."""
-    merged: List[Tuple[int, int, int]] = []
-    for s, e, tid in sorted(intervals):
-        if merged and s <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], e), 0)
-        else:
-            merged.append((s, e, 0))
-    return CpuCurve(merged)
-
-
-def assign_busy(requests: List[BlockRequest], busy: CpuCurve, end_ns: int) -> None:
-    """Set busy_after_ns on the reads: B(end) - B(completion), or from the issue if unseen."""
+def assign_busy(requests: List[BlockRequest], intervals: Sequence[Tuple[int, int, int]],
+                born: Dict[int, int], end_ns: int, ncpu: int) -> None:
+    """Set busy_after_ns on the reads (from the completion, or the issue if unseen): the CPU that
+    must follow the read's data, whatever the machine's load or the order the scheduler chose.
+    Only the tasks that depend on the data are counted: the one that issued the read (it waited
+    for it) and the tasks created after it arrived. Their CPU after the completion cannot shrink
+    below its longest single task's, nor below its sum over the CPUs (ncpu):
+        busy_after = max(max over them, sum over them / ncpu)
+    Other tasks' CPU (another process computing at once, a thread pool started before) is left
+    out: it may not need this data, and a prefetched launch can run it earlier."""
+    per_task: Dict[int, List[Tuple[int, int, int]]] = {}
+    for iv in intervals:
+        per_task.setdefault(iv[2], []).append(iv)
+    curves = {tid: CpuCurve(ivs) for tid, ivs in per_task.items()}
+    # tasks by birth; every task born after t runs all its CPU after t: suffix max and sum
+    order = sorted((born.get(tid, 0), tid) for tid in curves)
+    births = [b for b, _ in order]
+    totals = [curves[tid](end_ns) for _, tid in order]
+    suf_max, suf_sum = [0] * (len(order) + 1), [0] * (len(order) + 1)
+    for i in range(len(order) - 1, -1, -1):
+        suf_max[i] = max(suf_max[i + 1], totals[i])
+        suf_sum[i] = suf_sum[i + 1] + totals[i]
     for req in requests:
-        if not req.is_write:
-            req.busy_after_ns = busy.between(req.complete_ns if req.complete_ns is not None else req.issue_ns, end_ns)
+        if req.is_write:
+            continue
+        t = req.complete_ns if req.complete_ns is not None else req.issue_ns
+        i = bisect.bisect_left(births, t)           # born at or after t
+        own = curves[req.tid].between(t, end_ns) if req.tid in curves else 0
+        req.busy_after_ns = max(own, suf_max[i], (own + suf_sum[i]) // max(1, ncpu))
 
 
 def assign_cpu(requests: List[BlockRequest], curve: CpuCurve, start_ns: int, end_ns: int) -> int:

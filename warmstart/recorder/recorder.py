@@ -27,7 +27,7 @@ from ..launching import LaunchResult, Until, devices_of_paths, launch, resolve_c
 from . import coldcache
 from .attribution import is_block_dev, launch_devices, launch_requests, page_adds, page_uses
 from .backend import choose_backend
-from .cputime import CpuCurve, assign_busy, assign_cpu, busy_curve
+from .cputime import CpuCurve, assign_busy, assign_cpu
 from .events import Event
 from ..model import BlockRequest, Recording
 from ..mountinfo import mounts
@@ -314,7 +314,7 @@ def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: Re
     requests = launch_requests(raw_requests, tree, devices, start, end)
     curve = CpuCurve(tree.intervals)
     tail = assign_cpu(requests, curve, start, end)
-    assign_busy(requests, busy_curve(tree.intervals), end)
+    assign_busy(requests, tree.intervals, tree.born, end, len(os.sched_getaffinity(0)))
     names = [os.fsencode(executable)] + trace.opens
     found = resolve_inodes({(a.dev, a.ino) for a in adds}, names, fss)
     files = found.files

@@ -35,6 +35,7 @@ class TaskTree:
     tgid_of: Dict[int, int] = field(default_factory=dict)
     processes: Dict[int, Process] = field(default_factory=dict)     # by tgid
     intervals: List[Tuple[int, int, int]] = field(default_factory=list)  # (start_ns, end_ns, tid)
+    born: Dict[int, int] = field(default_factory=dict)     # tid -> when it was forked (root: the start)
 
     def tgid(self, tid: int) -> int:
         return self.tgid_of.get(tid, tid)
@@ -81,6 +82,7 @@ def build_tree(events: Sequence[Event], root: int, start_ns: int, end_ns: int) -
     parent: Dict[int, int] = {c: p for c, (p, _) in members.items() if c != root}
     started: Dict[int, int] = {c: t for c, (_, t) in members.items() if t is not None}
     started.setdefault(root, start_ns)
+    tree.born = started
     for ev in events:
         if ev.tgid is not None and ev.tid:
             tree.tgid_of.setdefault(ev.tid, ev.tgid)
