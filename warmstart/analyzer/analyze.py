@@ -85,10 +85,8 @@ def build_sequence(conn, recs, k: Optional[int]) -> LaunchSequence:
     seqs = []
     for r in recs:
         reqs = inputs.requests(conn, r.id)
-        tail = 0
-        if r.cpu_total_s is not None:
-            tail = int(r.cpu_total_s * 1e9) - sum(q.cpu_before_ns for q in reqs)
-        seqs.append((r.id, from_requests(reqs, tail_cpu_ns=max(0, tail))))
+        total = int(r.cpu_total_s * 1e9) if r.cpu_total_s is not None else None
+        seqs.append((r.id, from_requests(reqs, cpu_total_ns=total)))
     if k is None:
         k = len(seqs) // 2 + 1
     return merge_recordings(seqs, k)
@@ -406,7 +404,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
               "t_model_s": chosen.t_model, "compare": seg.compare, "model_error": seg.model_error,
               "filemap": fmap.report.to_json(),
               "coverage": [{"recording_id": c.recording_id, "fraction": c.fraction} for c in seq.coverage],
-              "lossy_recordings": [r.id for r in lossy], "cpu_scale": seg.cpu_scale,
+              "lossy_recordings": [r.id for r in lossy], "cpu_scale": seg.cpu_scale, "cpu_placement": seq.cpu_placement,
               "cpu_scale_source": seg.scale_source, "bound": cut.to_json(), **cost.notes}
     sched = Schedule(None, app_name, chosen.algorithm, cost.method, chosen.t_exp,
                      sum(s.bytes for s in segments), order.waste, rids, segments, used_files, extents,

@@ -5,9 +5,16 @@ fetched in the launch are dropped (they were in the cache at replay time), the o
 access, and requests that continue the previous one on the disk are merged.
 
 c_i, following Algorithm 1, is the CPU time the app spends *after* p_i arrives and before it needs
-the next block: the recorder stores cpu_before_ns (CPU since the previous request), so
-c_i = cpu_before(p_{i+1}), c_n = the CPU after the last request (cpu_total - sum), and the CPU
-before the first request is folded into c_1 (it also runs only once the pre-buffer is in).
+the next block. It is placed from the recorder's busy_after_ns (placed_cpu): the wall-clock time
+with some task of the launch on a CPU (all threads, their union) between the moment the data of
+every read issued so far had arrived and the moment the next read's data arrived goes to the
+read before; what runs after the last read's data is c_n. No CPU is lost: CPU that ran while a
+read was outstanding (another thread, or the app computing under an async readahead) is placed
+where it ran. Recordings older than busy_after_ns fall back to cpu_before_ns (CPU since the
+previous request completed, only while none was outstanding): c_i = cpu_before(p_{i+1}),
+c_n = cpu_total - sum, so the CPU that overlapped a request lands at the end of the launch,
+where it can hide no fetch. Either way the CPU before the first request is folded into c_1 (it
+also runs only once the pre-buffer is in).
 
 busy_after_ns of p_i (for the lower bound, analyzer/bound.py) is the recording's wall-clock time
 with some task of the launch on CPU after p_i's data arrived (the union over all threads, JIT and
@@ -61,6 +68,7 @@ class LaunchSequence:
     coverage: List[Coverage] = field(default_factory=list)
     dropped_writes: int = 0
     dropped_rereads: int = 0
+    cpu_placement: str = "busy"   # how c_i was placed: "busy" (placed_cpu) or "cpu_before" (older recordings)
 
     @property
     def total_bytes(self) -> int:
@@ -104,14 +112,50 @@ class _Seen:
         self._by_dev[dev] = merged
 
 
-def from_requests(requests: Sequence[BlockRequest], tail_cpu_ns: int = 0, merge: bool = True) -> LaunchSequence:
-    """P of one recording. tail_cpu_ns: CPU after the last request (cpu_total - sum of cpu_before)."""
+def placed_cpu(requests: Sequence[BlockRequest]) -> Optional[Tuple[List[int], int]]:
+    """(CPU before each request, CPU after the last read) from busy_after_ns, in ns; None if a read
+    lacks it (a recording older than busy_after_ns).
+
+    The frontier F_i = min over the reads issued up to p_i of busy_after_ns: the launch's busy time
+    left once all of them had arrived (reads complete out of order: a later read finishing first
+    does not move it). The CPU before p_i is F_(i-1) - F_i, the busy time that ran after the earlier
+    reads' data was in and before p_i's was: the app could run it once p_1..p_(i-1) are in memory,
+    whichever thread ran it. Before the first read: its cpu_before_ns (CPU until its issue). The
+    tail is the last frontier. Writes get 0 (their busy time is not recorded)."""
+    reads = [r for r in requests if not r.is_write]
+    if not reads or any(r.busy_after_ns is None for r in reads):
+        return None
+    out: List[int] = []
+    frontier: Optional[int] = None
+    for r in requests:
+        if r.is_write:
+            out.append(0)
+        elif frontier is None:
+            out.append(max(0, r.cpu_before_ns))
+            frontier = r.busy_after_ns
+        else:
+            out.append(max(0, frontier - r.busy_after_ns))
+            frontier = min(frontier, r.busy_after_ns)
+    return out, max(0, frontier or 0)
+
+
+def from_requests(requests: Sequence[BlockRequest], tail_cpu_ns: int = 0, merge: bool = True,
+                  cpu_total_ns: Optional[int] = None) -> LaunchSequence:
+    """P of one recording. CPU placed by placed_cpu when the recording has busy times; else from
+    cpu_before_ns, with tail_cpu_ns (or cpu_total_ns - their sum, if given) after the last request."""
+    placed = placed_cpu(requests)
+    if placed is not None:
+        before, tail_cpu_ns = placed
+    else:
+        before = [r.cpu_before_ns for r in requests]
+        if cpu_total_ns is not None:
+            tail_cpu_ns = cpu_total_ns - sum(before)
     seen = _Seen()
     out: List[Access] = []
     pending_cpu = 0  # CPU before the next kept access, from dropped requests too
     writes = rereads = 0
-    for r in requests:
-        pending_cpu += r.cpu_before_ns
+    for r, cpu in zip(requests, before):
+        pending_cpu += cpu
         if r.is_write:
             writes += 1
             continue
@@ -129,7 +173,8 @@ def from_requests(requests: Sequence[BlockRequest], tail_cpu_ns: int = 0, merge:
             pending_cpu = 0
     if out:
         out[-1].cpu_ns += pending_cpu + max(0, tail_cpu_ns)
-    seq = LaunchSequence(merge_adjacent(out) if merge else out, [], dropped_writes=writes, dropped_rereads=rereads)
+    seq = LaunchSequence(merge_adjacent(out) if merge else out, [], dropped_writes=writes, dropped_rereads=rereads,
+                         cpu_placement="busy" if placed is not None else "cpu_before")
     return seq
 
 
@@ -199,5 +244,7 @@ def merge_recordings(seqs: Sequence[Tuple[int, LaunchSequence]], k: int) -> Laun
                 read += 4096
                 covered += 4096 if (a.dev, b) in keptset else 0
         coverage.append(Coverage(rid, read, covered))
+    placements = {s.cpu_placement for _, s in seqs}
     return LaunchSequence(merge_adjacent(accesses), [rid for rid, _ in seqs], coverage,
-                          sum(s.dropped_writes for _, s in seqs), sum(s.dropped_rereads for _, s in seqs))
+                          sum(s.dropped_writes for _, s in seqs), sum(s.dropped_rereads for _, s in seqs),
+                          placements.pop() if len(placements) == 1 else "mixed")
