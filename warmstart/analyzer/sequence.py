@@ -6,15 +6,14 @@ access, and requests that continue the previous one on the disk are merged.
 
 c_i, following Algorithm 1, is the CPU time the app spends *after* p_i arrives and before it needs
 the next block. It is placed from the recorder's busy_after_ns (placed_cpu): the wall-clock time
-with some task of the launch on a CPU (all threads, their union) between the moment the data of
-every read issued so far had arrived and the moment the next read's data arrived goes to the
-read before; what runs after the last read's data is c_n. No CPU is lost: CPU that ran while a
-read was outstanding (another thread, or the app computing under an async readahead) is placed
-where it ran. Recordings older than busy_after_ns fall back to cpu_before_ns (CPU since the
-previous request completed, only while none was outstanding): c_i = cpu_before(p_{i+1}),
-c_n = cpu_total - sum, so the CPU that overlapped a request lands at the end of the launch,
-where it can hide no fetch. Either way the CPU before the first request is folded into c_1 (it
-also runs only once the pre-buffer is in).
+with some task of the launch on a CPU (all threads, their union) between the issue of p_i and
+the issue of p_(i+1) goes to p_i; what runs after the last issue is c_n. No CPU is lost: CPU
+that ran while a read was outstanding (another thread, or the app computing under an async
+readahead) is placed where it ran, after the reads issued before it. Recordings older than
+busy_after_ns fall back to cpu_before_ns (CPU since the previous request completed, only while
+none was outstanding): c_i = cpu_before(p_{i+1}), c_n = cpu_total - sum, so the CPU that
+overlapped a request lands at the end of the launch, where it can hide no fetch. Either way the
+CPU before the first request is folded into c_1 (it also runs only once the pre-buffer is in).
 
 busy_after_ns of p_i (for the lower bound, analyzer/bound.py) is the recording's wall-clock time
 with some task of the launch on CPU after p_i's data arrived (the union over all threads, JIT and
@@ -26,6 +25,7 @@ recordings read it, ordered by the median of its normalised first-access positio
 recording attributes to a request is spread over its blocks and averaged over the N recordings.
 """
 
+import bisect
 import statistics
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -113,30 +113,54 @@ class _Seen:
 
 
 def placed_cpu(requests: Sequence[BlockRequest]) -> Optional[Tuple[List[int], int]]:
-    """(CPU before each request, CPU after the last read) from busy_after_ns, in ns; None if a read
-    lacks it (a recording older than busy_after_ns).
+    """(CPU before each request, CPU after the last read's issue) in ns, from the recorder's
+    busy_after_ns (the launch's busy time, all threads, after a read's data arrived), issue_ns and
+    complete_ns; None if a read lacks busy_after_ns (a recording older than it).
 
-    The frontier F_i = min over the reads issued up to p_i of busy_after_ns: the launch's busy time
-    left once all of them had arrived (reads complete out of order: a later read finishing first
-    does not move it). The CPU before p_i is F_(i-1) - F_i, the busy time that ran after the earlier
-    reads' data was in and before p_i's was: the app could run it once p_1..p_(i-1) are in memory,
-    whichever thread ran it. Before the first read: its cpu_before_ns (CPU until its issue). The
-    tail is the last frontier. Writes get 0 (their busy time is not recorded)."""
+    CPU is placed by when it ran against the reads' *issues*: CPU that ran after p_i was issued and
+    before p_(i+1) was goes after p_i (c_i). It cannot need p_(i+1) or later (not yet asked for),
+    so the model never runs CPU before data it may need; at worst it is placed one read late (CPU
+    under an outstanding read). R_i, the busy time left at p_i's issue, is not recorded; it lies
+    between L_i = the largest busy_after_ns of a read completing after that issue and U_i = the
+    smallest of a read completing before it. U_i minus the CPU since the last completion
+    (cpu_before_ns, exact with one thread on CPU) is taken, kept within [L_i, U_i]. Placing CPU by
+    completions instead (the smallest busy_after_ns so far) put CPU that waited for a slow read
+    (a readahead outstanding 1.6 s in a recording of pycompile) before the reads issued meanwhile,
+    as if it needed none of them: the pre-buffer seemed to feed 0.19 s of CPU, the launch found
+    it needed the next segment. Writes get 0."""
     reads = [r for r in requests if not r.is_write]
     if not reads or any(r.busy_after_ns is None for r in reads):
         return None
+    total = max(max(r.busy_after_ns for r in reads), reads[0].cpu_before_ns + reads[0].busy_after_ns)
+    done = sorted((r.complete_ns if r.complete_ns is not None else r.issue_ns, r.busy_after_ns) for r in reads)
+    # smallest busy_after of the reads completed by time t: a prefix minimum over done
+    prefix_min, m = [], total
+    for _, busy in done:
+        m = min(m, busy)
+        prefix_min.append(m)
+    # largest busy_after of the reads completing at or after t: a suffix maximum over done
+    suffix_max = [0] * (len(done) + 1)
+    for k in range(len(done) - 1, -1, -1):
+        suffix_max[k] = max(suffix_max[k + 1], done[k][1])
+    times = [t for t, _ in done]
     out: List[int] = []
-    frontier: Optional[int] = None
+    left = total
+    prev_done = None
     for r in requests:
         if r.is_write:
             out.append(0)
-        elif frontier is None:
-            out.append(max(0, r.cpu_before_ns))
-            frontier = r.busy_after_ns
-        else:
-            out.append(max(0, frontier - r.busy_after_ns))
-            frontier = min(frontier, r.busy_after_ns)
-    return out, max(0, frontier or 0)
+            continue
+        since, prev_done = prev_done, r.complete_ns
+        k = bisect.bisect_right(times, r.issue_ns)      # reads done[:k] completed by this issue
+        upper = prefix_min[k - 1] if k else total
+        lower = suffix_max[bisect.bisect_left(times, r.issue_ns)]
+        # cpu_before_ns runs from the previous read's completion (recorder/cputime.py): it comes
+        # off the busy time left at the last read completion only if that completion was not later
+        ran = r.cpu_before_ns if since is not None and (not k or since >= times[k - 1]) else 0
+        here = min(left, max(lower, upper - max(0, ran)))
+        out.append(left - here)
+        left = here
+    return out, left
 
 
 def from_requests(requests: Sequence[BlockRequest], tail_cpu_ns: int = 0, merge: bool = True,
