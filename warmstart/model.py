@@ -30,7 +30,8 @@ class BlockRequest:
     tid: Optional[int] = None        # the submitting (or issuing) thread
     comm: Optional[str] = None
     cpu_before_ns: int = 0           # c_i, see docs/recording.md
-    busy_after_ns: Optional[int] = None   # wall time some launch task was on CPU after this completed
+    busy_after_ns: Optional[int] = None   # CPU its dependent tasks spent after it completed (the bound's)
+    busy_union_after_ns: Optional[int] = None   # wall time some launch task was on CPU after it completed
 
     @property
     def is_write(self) -> bool:

@@ -41,6 +41,42 @@ class ModelCost(Cost):
         return self.profile.access_time_arrays(dev, start, length)
 
 
+def calibration(pairs: Sequence[Tuple[float, float]]) -> Tuple[float, float]:
+    """(alpha, beta) of the least-squares fit disk ~ alpha * model + beta over (model, disk) seconds
+    of the same segments, both >= 0: alpha corrects the model's scale, beta what every segment
+    costs beyond it (a sweep's start, the seeks the model underrates in a scattered segment)."""
+    pts = [(m, d) for m, d in pairs if m >= 0 and d >= 0]
+    if not pts:
+        return 1.0, 0.0
+    n = len(pts)
+    sm = sum(m for m, _ in pts)
+    sd = sum(d for _, d in pts)
+    smm = sum(m * m for m, _ in pts)
+    smd = sum(m * d for m, d in pts)
+    det = n * smm - sm * sm
+    if n >= 2 and det > 1e-12 * max(1.0, n * smm):
+        alpha = (n * smd - sm * sd) / det
+        beta = (sd - alpha * sm) / n
+        if alpha > 0 and beta >= 0:
+            return alpha, beta
+    if smm > 0:
+        alpha = smd / smm                  # through the origin
+        if alpha > 0:
+            return alpha, 0.0
+    return 1.0, max(0.0, (sd - sm) / n)
+
+
+class CalibratedCost(Cost):
+    """A cost corrected by the disk's own answers: alpha * base(a, b) + beta (calibration)."""
+
+    def __init__(self, base: Cost, alpha: float, beta: float):
+        super().__init__()
+        self.base, self.alpha, self.beta = base, alpha, beta
+
+    def measure(self, a: int, b: int) -> float:
+        return self.alpha * self.base(a, b) + self.beta
+
+
 @dataclass
 class ScheduleCost:
     """A stored schedule on a device profile: its launch time T (segment.pipelined), the fetch

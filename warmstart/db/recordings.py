@@ -94,10 +94,10 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
             conn.executemany(
                 "INSERT INTO block_requests (recording_id, seq, dev, sector, nr_sectors, rwbs, is_write,"
                 " is_readahead, is_meta, queue_ns, issue_ns, complete_ns, pid, tid, comm, cpu_before_ns,"
-                " busy_after_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " busy_after_ns, busy_union_after_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(rid, i, r.dev, r.sector, r.nr_sectors, r.rwbs, int(r.is_write), int(r.is_readahead),
                   int(r.is_meta), r.queue_ns, r.issue_ns, r.complete_ns, r.pid, r.tid, r.comm, r.cpu_before_ns,
-                  r.busy_after_ns)
+                  r.busy_after_ns, r.busy_union_after_ns)
                  for i, r in enumerate(rec.requests, start=1)])
             conn.executemany(
                 "INSERT INTO page_cache_adds (recording_id, seq, t_ns, dev, ino, first_index, nr_pages)"
@@ -259,7 +259,7 @@ def load_block_requests(conn: sqlite3.Connection, recording_id: int) -> List[Blo
     return [BlockRequest(dev=r["dev"], sector=r["sector"], nr_sectors=r["nr_sectors"], rwbs=r["rwbs"],
                          issue_ns=r["issue_ns"], queue_ns=r["queue_ns"], complete_ns=r["complete_ns"],
                          pid=r["pid"], tid=r["tid"], comm=r["comm"], cpu_before_ns=r["cpu_before_ns"],
-                         busy_after_ns=r["busy_after_ns"])
+                         busy_after_ns=r["busy_after_ns"], busy_union_after_ns=r["busy_union_after_ns"])
             for r in check_all("block_requests", rows)]
 
 

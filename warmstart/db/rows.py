@@ -77,7 +77,7 @@ SPECS: Dict[str, Dict[str, _Col]] = {
                        "is_meta": FLAG, "queue_ns": I(-I64, null=True), "issue_ns": ANY_NS,
                        "complete_ns": I(-I64, null=True), "pid": I(0, U32, null=True),
                        "tid": I(0, U32, null=True), "comm": T(null=True), "cpu_before_ns": NS,
-                       "busy_after_ns": I(0, null=True)},
+                       "busy_after_ns": I(0, null=True), "busy_union_after_ns": I(0, null=True)},
     "page_cache_adds": {"recording_id": I(1), "seq": I(), "t_ns": ANY_NS, "dev": I(), "ino": I(),
                         "first_index": I(0, BIG >> 12), "nr_pages": I(0, ADD_PAGES)},
     "page_uses": {"recording_id": I(1), "dev": I(), "ino": I(), "first_index": I(0, BIG >> 12),

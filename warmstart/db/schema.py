@@ -337,6 +337,12 @@ ALTER TABLE sorted_passes ADD COLUMN schedule_id INTEGER REFERENCES schedules(id
 ALTER TABLE sorted_passes ADD COLUMN schedule_pass_s REAL;
 ALTER TABLE sorted_passes ADD COLUMN cut_bound_s REAL;
 """),
+    # busy_after_ns became the CPU of the tasks that depend on each read (the bound's: the union
+    # of all tasks was no bound); the union, which places the launch's CPU for the segmentation
+    # (analyzer/sequence.placed_cpu), is kept beside it. NULL: recorded before.
+    ("busy union after reads", """
+ALTER TABLE block_requests ADD COLUMN busy_union_after_ns INTEGER;
+"""),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -8,7 +8,10 @@ and the tail (CPU after the last completion up to the launch end) is F(end) - F(
 CPU spent while a request is outstanding overlaps that I/O already and belongs to no c_i.
 
 busy_after_ns of a request: the CPU that must follow its data in any launch, the CPU half of the
-lower bound (assign_busy; docs/algorithms.md, analyzer/bound.py).
+lower bound (assign_busy; docs/algorithms.md, analyzer/bound.py). busy_union_after_ns: B(end) -
+B(complete), B(t) the wall-clock time to t during which at least one of the launch's tasks was on
+a CPU (the union of the on-CPU intervals: two threads at once count once); the segmentation places
+the launch's CPU from it (analyzer/sequence.placed_cpu).
 """
 
 import bisect
@@ -47,9 +50,22 @@ class CpuCurve:
         return max(0, self(b) - self(a)) if b > a else 0
 
 
+def busy_curve(intervals: Sequence[Tuple[int, int, int]]) -> CpuCurve:
+    """B(t): the CpuCurve of the union of the intervals (slope 1 while any task runs)."""
+    merged: List[Tuple[int, int, int]] = []
+    for s, e, _ in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e), 0)
+        else:
+            merged.append((s, e, 0))
+    return CpuCurve(merged)
+
+
 def assign_busy(requests: List[BlockRequest], intervals: Sequence[Tuple[int, int, int]],
                 born: Dict[int, int], end_ns: int, ncpu: int) -> None:
-    """Set busy_after_ns on the reads (from the completion, or the issue if unseen): the CPU that
+    """Set busy_union_after_ns on the reads: B(end) - B(t), t the completion (or the issue if
+    unseen), B the union of all the launch's tasks' on-CPU time (the segmentation places the CPU
+    from it: analyzer/sequence.placed_cpu). And busy_after_ns: the CPU that
     must follow the read's data, whatever the machine's load or the order the scheduler chose.
     Only the tasks that depend on the data are counted: the one that issued the read (it waited
     for it) and the tasks created after it arrived. Their CPU after the completion cannot shrink
@@ -61,6 +77,7 @@ def assign_busy(requests: List[BlockRequest], intervals: Sequence[Tuple[int, int
     for iv in intervals:
         per_task.setdefault(iv[2], []).append(iv)
     curves = {tid: CpuCurve(ivs) for tid, ivs in per_task.items()}
+    union = busy_curve(intervals)
     # tasks by birth; every task born after t runs all its CPU after t: suffix max and sum
     order = sorted((born.get(tid, 0), tid) for tid in curves)
     births = [b for b, _ in order]
@@ -76,6 +93,7 @@ def assign_busy(requests: List[BlockRequest], intervals: Sequence[Tuple[int, int
         i = bisect.bisect_left(births, t)           # born at or after t
         own = curves[req.tid].between(t, end_ns) if req.tid in curves else 0
         req.busy_after_ns = max(own, suf_max[i], (own + suf_sum[i]) // max(1, ncpu))
+        req.busy_union_after_ns = union.between(t, end_ns)
 
 
 def assign_cpu(requests: List[BlockRequest], curve: CpuCurve, start_ns: int, end_ns: int) -> int:
