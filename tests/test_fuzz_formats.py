@@ -28,7 +28,7 @@ from warmstart.errors import WarmstartError
 FUZZ = REPO / "build" / "fuzz-formats"
 CORPUS = REPO / "tests" / "fuzz" / "corpus"
 REGRESSIONS = REPO / "tests" / "fuzz" / "regressions"
-BUDGET_S = 15
+BUDGET_S = 8
 
 
 def test_c_readers_survive_the_fuzzer(tmp_path):

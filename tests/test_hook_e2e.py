@@ -126,7 +126,7 @@ def test_plain_launch_is_prefetched_like_warmstart_run(hookenv, capsys):
     assert status["daemon"] and name in status["index"]["apps"]
 
     times = {"none": [], "run": [], "hook": []}
-    prebuffer, phases = [], []
+    prebuffer, phases, from_exec = [], [], []
     for rep in range(REPS):
         h.daemon(False)
         h.disk.drop_caches()
@@ -144,6 +144,7 @@ def test_plain_launch_is_prefetched_like_warmstart_run(hookenv, capsys):
         ev = [e for e in h.events() if e.get("event") == "launch"][-1]
         # the daemon's clock is CLOCK_MONOTONIC too: fork -> exec event, hold, release -> exit
         phases.append("%.0f/%.0f/%.0f" % ((ev["t_exec"] - t0) * 1e3, ev["held_ms"], (t0 + t - ev["t"]) * 1e3))
+        from_exec.append(t0 + t - ev["t_exec"])   # the stopwatch from the app's exec to our wait()
         wait_for_hook_rows(h, rep + 1)  # feedback reads the cache after the launch: before the next drop
     med = {k: statistics.median(v) for k, v in times.items()}
     with capsys.disabled():
@@ -165,15 +166,17 @@ def test_plain_launch_is_prefetched_like_warmstart_run(hookenv, capsys):
                              r["details"]["replay"].get("t_prebuffer_ns")) for r in rows])
     assert all(r["details"]["feedback"]["judged"] and r["details"]["feedback"]["hit_ratio"] is not None
                for r in rows), [r["details"]["feedback"] for r in rows]
-    # the launch time comes from the exit itself (the replayer's pidfd), not from polling: it
-    # agrees with the stopwatch around the plain launch, which also counts the fork and the
-    # env and chroot execs before the app's exec (issue: within 10 ms)
+    # the launch time (exec to exit) comes from the exit itself (the replayer's pidfd), not from
+    # polling: it agrees within 10 ms with a stopwatch from the same exec (the daemon's event,
+    # CLOCK_MONOTONIC) to the test's wait() for the plain launch. (The stopwatch from the fork
+    # also counts the fork and the env and chroot execs before the app's exec: 7-11 ms on a busy
+    # machine, which is not the launch time's error.)
     for r, t in zip(rows, times["hook"]):
-        assert 0 < r["launch_time_s"] <= t + 0.01, (r["launch_time_s"], t)
-    diffs = [t - r["launch_time_s"] for r, t in zip(rows, times["hook"])]
+        assert 0 < r["launch_time_s"] <= t, (r["launch_time_s"], t)
+    diffs = [x - r["launch_time_s"] for r, x in zip(rows, from_exec)]
     with capsys.disabled():
-        print("stopwatch - hooked launch time (ms):", ["%.1f" % (d * 1e3) for d in diffs])
-    assert statistics.median(diffs) <= 0.010, diffs
+        print("stopwatch from the exec - hooked launch time (ms):", ["%.1f" % (d * 1e3) for d in diffs])
+    assert all(-0.010 <= d <= 0.010 for d in diffs), diffs
     # the launching user's own view (hook/users.py): root launched them, so users/0.jsonl
     view = [json.loads(x) for x in (h.root / "var/lib/warmstart/users/0.jsonl").read_text().splitlines()]
     assert len([v for v in view if v["app"] == name]) >= REPS and all(v["cold_s"] for v in view), view
