@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO, have_tracefs, require
 from warmstart.db import open_db
-from warmstart.db.connection import _split_sql
+from warmstart.db.connection import run_step
 from warmstart.db.schema import APPLICATION_ID, MIGRATIONS
 from warmstart.signature import signature_argv
 
@@ -38,9 +38,8 @@ def _v5_database(path, argv):
     """A database as warmstart wrote it before command lines were redacted (schema version 5)."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
-    for number, (_, sql) in enumerate(MIGRATIONS[:5], start=1):
-        for statement in _split_sql(sql):
-            conn.execute(statement)
+    for number, (_, step) in enumerate(MIGRATIONS[:5], start=1):
+        run_step(conn, step)
         conn.execute(f"PRAGMA user_version = {number}")
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute("INSERT INTO apps (name, executable, argv_json, created_at) VALUES ('mail', ?, ?, 0)",

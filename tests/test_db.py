@@ -149,15 +149,11 @@ def test_new_database_is_private_from_the_first_write(tmp_path):
 def _older_database(path, version):
     """A database as a warmstart of schema `version` left it: only the first `version`
     migrations applied, one app in it, readable by everyone (as files were created then)."""
-    from warmstart.db.connection import _split_sql
+    from warmstart.db.connection import run_step
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     for number, (_, step) in enumerate(MIGRATIONS[:version], start=1):
-        if callable(step):
-            step(conn)
-        else:
-            for statement in _split_sql(step):
-                conn.execute(statement)
+        run_step(conn, step)
         conn.execute(f"PRAGMA user_version = {number}")
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute("INSERT INTO apps (name, executable, argv_json, created_at) VALUES ('old', x'2f62696e2f7368', "

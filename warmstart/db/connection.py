@@ -22,6 +22,16 @@ def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
                              f"({SCHEMA_VERSION}): upgrade warmstart")
 
 
+def run_step(conn: sqlite3.Connection, step) -> None:
+    """Run one migration's step (its SQL, statement by statement, or its function) on conn, in
+    whatever transaction the caller holds."""
+    if callable(step):
+        step(conn)
+    else:
+        for statement in _split_sql(step):
+            conn.execute(statement)
+
+
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     for number, (name, step) in enumerate(MIGRATIONS, start=1):
@@ -33,11 +43,7 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
         # executescript would commit on its own; run statement by statement inside one transaction.
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if rewrites:
-                step(conn)
-            else:
-                for statement in _split_sql(step):
-                    conn.execute(statement)
+            run_step(conn, step)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {number}")
             conn.execute("COMMIT")

@@ -70,6 +70,13 @@ class FileSystems:
         m = mount_of_path(path, self.mounts)
         return None if m is None else self._by_dev.get(m.dev) or for_mount(m, self)
 
+    def cache_key_of(self, path, st: os.stat_result) -> Tuple[int, int]:
+        """(dev, ino) under which the page cache names the file at path (stat st): not always
+        st_dev (btrfs: the file system's dev, not the subvolume's; overlayfs: the layer's file);
+        st's own where no mounted file system holds it."""
+        found = self.key_and_real(os.fsencode(path))
+        return (st.st_dev, st.st_ino) if found is None else found[0]
+
     def key_and_real(self, path: bytes) -> Optional[Tuple[Tuple[int, int], bytes, os.stat_result]]:
         """((dev, ino) of the page cache, the real file's path, its stat) of the file at path;
         None if it is gone or on no mounted file system."""

@@ -81,8 +81,7 @@ def _cache_key(f, fss) -> Optional[Tuple[int, int]]:
         return None
     if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (f.dev, f.ino, f.size, f.mtime_ns):
         return None
-    found = fss.key_and_real(os.fsencode(f.path))
-    return (st.st_dev, st.st_ino) if found is None else found[0]
+    return fss.cache_key_of(f.path, st)
 
 
 def prefetched_pages(schedule, fss) -> Tuple[Pages, Dict[Tuple[int, int], int]]:

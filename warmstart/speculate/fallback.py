@@ -108,7 +108,7 @@ class FileFinder:
                     st = os.stat(c)
                 except OSError:
                     continue
-                if st.st_ino == key[1] and _cache_key(self.fss, c, st) == key:
+                if st.st_ino == key[1] and self.fss.cache_key_of(c, st) == key:
                     try:
                         self.fds[key] = os.open(c, os.O_RDONLY | os.O_CLOEXEC)
                     except OSError:
@@ -120,13 +120,6 @@ class FileFinder:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
-
-
-def _cache_key(fss, path, st) -> Key:
-    """(dev, ino) under which the page cache names the file at path (stat st): not always st_dev
-    (btrfs: the file system's dev, not its subvolume's; overlayfs: the layer's file)."""
-    found = fss.key_and_real(os.path.realpath(os.fsencode(path)))
-    return (st.st_dev, st.st_ino) if found is None else found[0]
 
 
 def _pages(ranges: Dict[Key, Set[int]]) -> int:
@@ -147,7 +140,7 @@ def _preresolve_prefetch(argv, root, env, out: Dict[Key, Set[int]], ra_max: int)
             st = os.stat(host)
         except OSError:
             continue
-        found.append((*_cache_key(fss, host, st), host, st.st_size))
+        found.append((*fss.cache_key_of(host, st), host, st.st_size))
     for dev, ino, host, size in sorted(set(found)):
         try:
             fd = os.open(host, os.O_RDONLY | os.O_CLOEXEC)
