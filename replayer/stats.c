@@ -70,10 +70,12 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 		"\"noatime_fallbacks\": %u,\n",
 		st->files_total, st->files_opened, st->files_changed, st->files_missing,
 		st->files_denied, st->files_other, st->noatime_fallbacks);
-	fprintf(f, " \"meta_files\": %u, \"meta_dirs\": %u, \"meta_dir_errors\": %u, "
-		"\"meta_dirents_bytes\": %llu, \"t_meta_ns\": %llu,\n",
-		st->meta.files, st->meta.dirs, st->meta.dir_errors,
-		(unsigned long long)st->meta.dirents_bytes, (unsigned long long)st->meta.ns);
+	fprintf(f, " \"meta_files_looked_up\": %u, \"meta_dirs_listed\": %u, \"meta_dirs_looked_up\": %u, "
+		"\"meta_errors\": %u, \"meta_files_opened\": %u, \"meta_dirents_bytes\": %llu, "
+		"\"t_meta_pass_ns\": %llu, \"t_meta_ns\": %llu,\n",
+		st->meta.files_looked_up, st->meta.dirs_listed, st->meta.dirs_looked_up, st->meta.errors,
+		st->meta.files_opened, (unsigned long long)st->meta.dirents_bytes,
+		(unsigned long long)st->meta.pass_ns, (unsigned long long)st->meta.ns);
 	fprintf(f, " \"start_mono_ns\": %llu, \"first_io_mono_ns\": %llu, \"t_first_io_ns\": %llu, "
 		"\"t_prebuffer_ns\": %llu, \"t_total_ns\": %llu,\n",
 		(unsigned long long)st->start_mono_ns, (unsigned long long)st->first_io_mono_ns,

@@ -114,12 +114,14 @@ static const char *parse_files(const unsigned char *p, const char *strings, uint
 		f->path_len = GET(p, FILE, PATH_LEN);
 		f->kind = GET(p, FILE, KIND);
 		f->flags = GET(p, FILE, FLAGS);
-		if (f->kind > WSR_KIND_BLOCKDEV)
+		if (f->kind > WSR_KIND_DIR)
 			return "file entry with an unknown kind";
 		if (f->flags & ~(uint32_t)WSR_FILE_FLAGS)
 			return "file entry with unknown flags";
 		if (f->kind != WSR_KIND_FILE && (f->flags & WSR_FILE_WARM_META))
-			return "warm-metadata flag on a block device";
+			return "warm-metadata flag on a block device or directory";
+		if (f->kind != WSR_KIND_DIR && (f->flags & WSR_FILE_LIST_DIR))
+			return "list-directory flag on a file or block device";
 		if ((uint64_t)off + f->path_len > strtab || f->path_len == 0 || f->path_len > WSR_MAX_PATH)
 			return "file path outside the string table";
 		if (memchr(strings + off, 0, f->path_len))
@@ -165,6 +167,8 @@ static const char *parse_ranges(const unsigned char *p, struct wsr_schedule *out
 		r->segment = GET(p, RANGE, SEGMENT);
 		if (r->file_no >= out->nfiles)
 			return "range names a file that does not exist";
+		if (out->files[r->file_no].kind == WSR_KIND_DIR)
+			return "range of a directory";
 		if (r->segment >= out->nsegments || i < out->segments[r->segment].first_range ||
 		    i >= out->segments[r->segment].first_range + out->segments[r->segment].nranges)
 			return "range outside its segment";

@@ -68,11 +68,14 @@ def _tree(disk, tag, request, tmp_path):
                                                          dirs[1] / "module_with_a_rather_long_name_00150.py"]
 
 
-def _walk_reads(disk, dirs, files) -> int:
-    """Block reads the disk saw for a listing of every directory and a stat of every file."""
+def _walk_reads(disk, dirs, files, listing) -> int:
+    """Block reads the disk saw for a stat of every directory and file, and a listing of every
+    directory if `listing`."""
     disk.reset_stats()
     for d in dirs:
-        os.listdir(d)
+        os.lstat(d)
+        if listing:
+            os.listdir(d)
     for f in files:
         os.lstat(f)
     return disk.stats()["reads"]
@@ -80,6 +83,9 @@ def _walk_reads(disk, dirs, files) -> int:
 
 @pytest.mark.parametrize("fs", ["xfs", "btrfs"])
 def test_metadata_step_warms_the_file_system_itself(fs, request, tmp_path):
+    """XFS: the step reads every directory on the paths whole (FileSystem.list_dirs), which the
+    data fetch's own opens do not; btrfs: it looks each directory and file up, reading none whole.
+    Afterwards what it claims to have warmed costs the disk no read."""
     require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
     disk = request.getfixturevalue(f"emu_{fs}")
     dirs, files = _tree(disk, fs, request, tmp_path)
@@ -88,21 +94,60 @@ def test_metadata_step_warms_the_file_system_itself(fs, request, tmp_path):
     sfs = [scheduled_file(p) for p in files]
     save(conn, "t", [[file_range(sf, 0, 4096) for sf in sfs]], sfs)
     sched = load_active_schedule(conn, "t")
-    assert all(f.flags == wsr.FILE_WARM_META for f in contents(sched).files)
+    c = contents(sched)
+    assert all(f.flags == wsr.FILE_WARM_META for f in c.files if f.kind == wsr.KIND_FILE)
+    on_disk = [f for f in c.files if f.kind == wsr.KIND_DIR and f.dev == os.stat(dirs[0]).st_dev]
+    assert {f.path for f in on_disk} >= {os.fsencode(d) for d in dirs}
+    listing = fs == "xfs"
+    assert all(f.flags == (wsr.FILE_LIST_DIR if listing else 0) for f in on_disk)
     assert metadata.modes({disk.dev}) == {disk.dev: "fs"} or fs == "btrfs"
     plain = tmp_path / "plain.wsr"
     plain.write_bytes(wsr.encode(contents(sched, fs_metadata=False)))
     warm = write_export(sched, tmp_path / "warm.wsr").path
-    reads = {}
+    reads, stats = {}, {}
     for name, export in (("data only", plain), ("metadata step", warm)):
         disk.drop_caches()
         rc, st, err = run_replayer(export, "--mode", "reorder")
         assert rc == 0 and st["status"] == "ok", err
-        reads[name] = (_walk_reads(disk, dirs, files), st["meta_dirs"], st["meta_dir_errors"])
-    # the data fetch opened the same files: only the metadata step read the directories whole
-    assert reads["data only"][0] > 0 and reads["data only"][1] == 0, reads
-    assert reads["metadata step"][0] == 0 and reads["metadata step"][1] >= len(dirs), reads
-    assert reads["metadata step"][2] == 0, reads
+        reads[name] = _walk_reads(disk, dirs, files, listing)
+        stats[name] = {k: v for k, v in st.items() if k.startswith("meta_")}
+    step = stats["metadata step"]
+    assert reads["metadata step"] == 0, (reads, stats)
+    assert step["meta_errors"] == 0 and step["meta_files_looked_up"] == len(files), stats
+    if listing:
+        # the data fetch opened the same files: only the step read the directories whole
+        assert reads["data only"] > 0 and stats["data only"]["meta_dirs_listed"] == 0, (reads, stats)
+        assert step["meta_dirs_listed"] >= len(dirs), stats
+    else:
+        assert step["meta_dirs_listed"] == 0 and step["meta_dirs_looked_up"] >= len(dirs), stats
+
+
+def test_a_measured_launch_reads_nothing_between_its_cold_cache_and_its_start(emu_xfs, request, tmp_path,
+                                                                             monkeypatch):
+    """The page-use tracer looks up the schedule's files (their cache keys) before run_launch makes
+    the cache cold, not after: on XFS those lookups loaded the inodes the launch was then timed
+    without (bench launches measured at half their time)."""
+    require(REPLAY.exists() and have_tracefs(), "needs build/warmstart-replay, root and tracefs")
+    from warmstart.replay import runner
+    from warmstart.replay.process import ReplayProcess
+    dirs, files = _tree(emu_xfs, "cold", request, tmp_path)
+    conn = open_db(tmp_path / "db")
+    make_app(conn, "t", ["/bin/cat"])
+    sfs = [scheduled_file(p) for p in files]
+    save(conn, "t", [[file_range(sf, 0, 4096) for sf in sfs]], sfs)
+    reads_before_start = []
+
+    def cold():
+        emu_xfs.drop_caches()
+        emu_xfs.reset_stats()
+
+    start = ReplayProcess.start
+    monkeypatch.setattr(ReplayProcess, "start",
+                        lambda self: (reads_before_start.append(emu_xfs.stats()["reads"]), start(self))[1])
+    out = runner.run_launch(conn, ["/bin/cat", *map(str, files)], runner.Prefetch(measure_use=True),
+                            runner.LaunchOptions(passthrough=False), name="t", cold=cold)
+    assert out.prefetched and out.page_use is not None, out.notes
+    assert reads_before_start == [0]
 
 
 # ---- the analyzer schedules raw ranges only where they help ---------------------------------------
@@ -149,8 +194,16 @@ def test_export_marks_the_files_the_analyzer_named():
     from warmstart.model import Schedule, ScheduledFile
     files = [ScheduledFile(b"/x/a", 5, 10, 1, 1, 1), ScheduledFile(b"/y/b", 6, 11, 1, 1, 1)]
     sched = Schedule(None, "t", "test", "model", 0.1, 0, 0, [], [], files, {}, params={"fs_metadata_devs": [5]})
-    assert [f.flags for f in contents(sched).files] == [wsr.FILE_WARM_META, 0]
-    assert [f.flags for f in contents(sched, fs_metadata=False).files] == [0, 0]
+
+    def flags(c):
+        return [f.flags for f in c.files if f.kind == wsr.KIND_FILE]
+
+    assert flags(contents(sched)) == [wsr.FILE_WARM_META, 0]
+    # the directories on the marked file's path that exist here ("/"; /x does not), not listed:
+    # the root's file system is no XFS
+    assert [(f.path, f.kind, f.flags) for f in contents(sched).files[2:]] == [(b"/", wsr.KIND_DIR, 0)]
+    assert flags(contents(sched, fs_metadata=False)) == [0, 0]
+    assert len(contents(sched, fs_metadata=False).files) == 2
     # no decision stored (an older or imported schedule): this machine's mounts decide
     sched.params = {}
-    assert [f.flags for f in contents(sched).files] == [wsr.FILE_WARM_META] * 2   # devs 5, 6: no mount
+    assert flags(contents(sched)) == [wsr.FILE_WARM_META] * 2   # devs 5, 6: no mount

@@ -499,21 +499,27 @@ def _measure(conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, 
         return
     if mode == "warm":
         run_launch(conn, argv, NO_PREFETCH, _quiet(cfg, until), store=None, name=name)
-    else:
-        make_cold(dut)
     sampler = None
     if cfg.timeline and rep == 0:
         sampler = LaunchSampler(block_name(dut.emu.loop_dev) if dut.emu else _host_block(dut.fs_dev),
                                 dut.emu.dev if dut.emu else dut.fs_dev)
-        sampler.__enter__()
+    sampling = []
+
+    def just_before_launch():   # run_launch calls it once all its preparation is done
+        if mode != "warm":
+            make_cold(dut)
+        if sampler:
+            sampling.append(sampler.__enter__())
+
     try:
         # accuracy/waste (docs/replayer.md) in repetition 1 only: tracing the
         # app's page uses costs it CPU (python: 0.124 s after release, not 0.084)
         prefetch = Prefetch(rmode, measure_use=rmode != "none" and rep == 0)
         out = run_launch(conn, argv, prefetch, _quiet(cfg, until),
-                         StoreAs(mode if rmode == "none" else None, cfg.label, bench_id), name=name)
+                         StoreAs(mode if rmode == "none" else None, cfg.label, bench_id), name=name,
+                         cold=just_before_launch)
     finally:
-        if sampler:
+        if sampling:
             sampler.__exit__(None, None, None)
     replay = out.replay_stats
     if sampler and out.launch_id:

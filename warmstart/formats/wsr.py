@@ -17,9 +17,10 @@ from . import Field, Format, Record
 
 MAGIC = b"WSREPLAY"
 VERSION = 2                    # 2: FILE.flags (was padding)
-KIND_FILE, KIND_BLOCKDEV = 0, 1
-FILE_WARM_META = 1             # FILE.flags: warm its metadata through the file system
-FILE_FLAGS = FILE_WARM_META    # every flag a reader knows; others are refused
+KIND_FILE, KIND_BLOCKDEV, KIND_DIR = 0, 1, 2
+FILE_WARM_META = 1             # FILE.flags of a regular file: warm its metadata through the file system
+FILE_LIST_DIR = 2              # FILE.flags of a directory: the metadata step reads it whole
+FILE_FLAGS = FILE_WARM_META | FILE_LIST_DIR    # every flag a reader knows; others are refused
 MAX_FILES = 1 << 20            # reader limits: a file claiming more is refused
 MAX_RANGES = 1 << 22
 MAX_PATH = 4095                # bytes; a longer path is refused
@@ -46,7 +47,8 @@ FILE = Record("FILE", 48,
               Field("path_off", "I", "into the string table"),
               Field("path_len", "I"),
               Field("kind", "I", "WSR_KIND_*"),
-              Field("flags", "I", "WSR_FILE_* bits (WSR_FILE_WARM_META: only for a regular file)"))
+              Field("flags", "I", "WSR_FILE_* bits (WSR_FILE_WARM_META only on a regular file, "
+                                  "WSR_FILE_LIST_DIR only on a directory)"))
 SEGMENT = Record("SEGMENT", 32,
                  Field("idx", "I", "1 = the pre-buffer"),
                  Field("first_range", "I", "index into ranges[]; segments tile ranges[] in order"),
@@ -67,9 +69,13 @@ FORMAT = Format("wsr", "WSR", __doc__.split("\n\n")[0],
                 {"WSR_MAGIC": MAGIC, "WSR_VERSION": VERSION,
                  "WSR_KIND_FILE": (KIND_FILE, "a regular file, opened by path"),
                  "WSR_KIND_BLOCKDEV": (KIND_BLOCKDEV, "a block device node: metadata read by LBA"),
-                 "WSR_FILE_WARM_META": (FILE_WARM_META, "the metadata step opens the file and reads every "
-                                        "directory on its path before the pre-buffer (XFS, btrfs: their "
+                 "WSR_KIND_DIR": (KIND_DIR, "a directory on a marked file's path, as of the export: its "
+                                  "(dev, inode) places it in the metadata step's order; no range reads it"),
+                 "WSR_FILE_WARM_META": (FILE_WARM_META, "the metadata step looks the file up, and each "
+                                        "directory on its path, before the pre-buffer (XFS, btrfs: their "
                                         "metadata is not in the block device's cache; warmstart/fs/metadata.py)"),
+                 "WSR_FILE_LIST_DIR": (FILE_LIST_DIR, "the metadata step reads this directory whole "
+                                       "(getdents), not only the lookups through it"),
                  "WSR_FILE_FLAGS": (FILE_FLAGS, "every flag known; a file with others is refused"),
                  "WSR_MAX_FILES": (MAX_FILES, "reader limits: more is refused"), "WSR_MAX_RANGES": MAX_RANGES,
                  "WSR_MAX_PATH": (MAX_PATH, "bytes")},

@@ -20,6 +20,10 @@ class FileSystem:
     # how its metadata is warmed before a launch (fs/metadata.py): "fs", through the file system
     # (its own caches, which reads of the block device do not fill), unless a module says "bdev"
     metadata = "fs"
+    # "fs" metadata: does the replayer's metadata step read each directory on a scheduled path
+    # whole (getdents), or only look the names up? Whole where a listing is a cheap sequential
+    # read and spares the app's own listings; lookups only where it is not (docs/replayer.md)
+    list_dirs = False
 
     def __init__(self, mount: "Mount", table=None):
         self.mount = mount

@@ -8,7 +8,8 @@ system module's answer (FileSystem.metadata).
 - "fs": the file system keeps metadata in caches of its own (XFS's buffer cache, btrfs's extent
   buffers on its btree inode, overlayfs's inodes over the lower layer's): a read of the block
   device fills pages nothing looks at. It is warmed through the file system instead: the replayer's
-  metadata step opens each scheduled file and reads every directory on its path (WSR_FILE_WARM_META,
+  metadata step looks up each scheduled file and every directory on its path, reading the
+  directories whole where the file system's module says so (WSR_FILE_WARM_META, WSR_KIND_DIR,
   replayer/fsmeta.c). This is also the answer for any file system not known here, and for a
   device no mount names (btrfs's anonymous st_dev): a raw read never helps where we cannot tell.
 
@@ -54,6 +55,14 @@ def warm_through_fs(devs: Iterable[int], mount_list: Optional[List[Mount]] = Non
     the file system (sorted: a schedule stores it, `fs_metadata_devs`, and its export marks those
     files WSR_FILE_WARM_META)."""
     return sorted(d for d, m in modes(devs, mount_list).items() if m == FS)
+
+
+def listed_dirs(devs: Iterable[int], mount_list: Optional[List[Mount]] = None) -> List[int]:
+    """Those of devs (st_dev of directories) whose file system the metadata step reads
+    directories of whole (FileSystem.list_dirs); a device no mount names is not."""
+    from . import kind
+    types = fstypes(mount_list)
+    return sorted(d for d in devs if d in types and kind(types[d]).list_dirs)
 
 
 class RawReadPolicy:

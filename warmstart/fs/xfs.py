@@ -8,3 +8,7 @@ from .generic import FileSystem
 class Xfs(FileSystem):
     fstypes = ("xfs",)
     name = "xfs"
+    # a directory's blocks are extents of its own, read ahead in order by getdents: reading the
+    # scheduled paths' directories whole cost less than their lookups alone (python's 53
+    # directories and 184 files on the emulated hdd7200: 320 ms, lookups only 421 ms)
+    list_dirs = True

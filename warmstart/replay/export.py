@@ -7,13 +7,14 @@ its own magic, version and checksums across the process boundary (STYLE habit 4)
 """
 
 import os
+import stat
 from dataclasses import dataclass
 from typing import List
 
 from .. import devices
 from ..errors import WarmstartError
 from ..formats import wsr
-from ..formats.wsr import FILE_WARM_META, KIND_BLOCKDEV, KIND_FILE, WsrFile, WsrSegment
+from ..formats.wsr import FILE_LIST_DIR, FILE_WARM_META, KIND_BLOCKDEV, KIND_DIR, KIND_FILE, WsrFile, WsrSegment
 from ..fs import metadata
 from ..paths import replace_file
 
@@ -82,7 +83,27 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
             ranges.append((offset, r.length, r.sector, no, min(int(orig), 0xFFFFFFFF), k))
             nbytes += r.length
         segs.append(WsrSegment(seg.idx, first, len(ranges) - first, nbytes, int(round(seg.cpu_s * 1e9))))
+    files.extend(_directories([f.path for f in files if f.flags & FILE_WARM_META]))
     return wsr.WsrContents(schedule.id or 0, files, segs, ranges)
+
+
+def _directories(paths: List[bytes]) -> List[WsrFile]:
+    """The directories on these paths ("/" and every parent) as of now, for the replayer's
+    metadata step: their (dev, inode) place them among the files in its inode order, and
+    WSR_FILE_LIST_DIR marks those to read whole (FileSystem.list_dirs). An lstat each, no read of
+    their contents; one that is gone or no directory now is left out (the step then reaches it
+    through the lookups of the paths under it)."""
+    names = sorted({p[:i] or b"/" for p in paths for i in range(len(p)) if p[i:i + 1] == b"/"})
+    found = []
+    for d in names:
+        try:
+            st = os.lstat(d)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            found.append((d, st.st_dev, st.st_ino))
+    listed = set(metadata.listed_dirs({dev for _, dev, _ in found}))
+    return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0) for d, dev, ino in found]
 
 
 def encode(schedule, fs_metadata: bool = True) -> bytes:
@@ -115,7 +136,7 @@ def write_export(schedule, path, mode: int = 0o644) -> ExportInfo:
     path = os.fsencode(path)
     replace_file(path, wsr.encode(c), mode)
     nranges = sum(len(s.ranges) for s in schedule.segments)
-    return ExportInfo(path=path, schedule_id=schedule.id or 0, files=len(c.files),
+    return ExportInfo(path=path, schedule_id=schedule.id or 0, files=sum(f.kind != KIND_DIR for f in c.files),
                       segments=len(schedule.segments), ranges=nranges,
                       device_ranges=sum(r.file is None for s in schedule.segments for r in s.ranges),
                       bytes=sum(r.length for s in schedule.segments for r in s.ranges),
