@@ -381,7 +381,8 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 
 	signal(SIGPIPE, SIG_IGN);
 	st->ranges_total = s->nranges;
-	st->files_total = s->nfiles;
+	for (uint32_t i = 0; i < s->nfiles; i++)
+		st->files_total += s->files[i].kind != WSR_KIND_DIR;   /* the directories are the metadata step's */
 	int rc = alloc_state(&c, &order);
 	if (rc) {
 		release(&c, order, 0);

@@ -29,17 +29,17 @@ def execute(conn, cmd, *, mode=DEFAULT_MODE, cold=False, until_spec=DEFAULT_UNTI
     from ..replay.process import DEFAULT_ENGINE
     from ..replay.runner import LaunchOptions, Prefetch, StoreAs, run_launch
     until = parse_until(until_spec)
+    drop = None
     if cold:
-        from ..recorder.coldcache import drop_caches
+        from ..recorder.coldcache import drop_caches as drop
         if os.geteuid() != 0:
             raise WarmstartError("--cold drops the page cache, which needs root: run it with sudo "
                                  "(or launch without --cold)")
         mode = "none"
-        drop_caches()
     out = run_launch(conn() if callable(conn) else conn, list(cmd),
                      Prefetch(mode, engine or DEFAULT_ENGINE, measure_use=measure_use, fs_metadata=fs_metadata),
                      LaunchOptions(until, timeout, passthrough=not as_json, kill_at_end=False),
-                     StoreAs(mode="cold" if cold else None), name=name)
+                     StoreAs(mode="cold" if cold else None), name=name, cold=drop)
     if as_json:
         sys.stdout.write(json.dumps(out.to_json(), indent=2, sort_keys=True, default=str) + "\n")
     else:

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The metadata step's orders compared (docs/replayer.md, "The metadata step"): for each app's
+schedule of a `warmstart bench --fs FS` run, the directories on its paths and its files, warmed
+from a cold cache in several orders on a fresh emulated hdd7200 of the same system image; ms
+(median of --reps) and the disk's block reads.
+
+    python3 scripts/fsmeta-bench/order.py --fs xfs --apps vim,python [--db /var/lib/warmstart/bench.db]
+
+Root; the bench must have recorded the apps on that file system (their schedules name the bench
+disk's mount point, mapped here onto this script's own)."""
+
+import argparse
+import os
+import sqlite3
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from warmstart.emudisk import EmuDisk                      # noqa: E402
+from warmstart.recorder.coldcache import drop_caches      # noqa: E402
+
+
+def schedule_paths(db, app: str, fs: str, mnt: str):
+    rows = db.execute("SELECT sf.path FROM schedule_files sf JOIN schedules s ON s.id = sf.schedule_id "
+                      "JOIN apps a ON a.id = s.app_id WHERE a.name = ? AND s.active = 1",
+                      (f"{app}-hdd7200.{fs}",)).fetchall()
+    if not rows:
+        sys.exit(f"no active schedule of {app}-hdd7200.{fs}: run `warmstart bench --fs {fs} --apps {app}` first")
+    paths = [mnt + os.fsdecode(p)[os.fsdecode(p).index("/mnt/") + 4:] for (p,) in rows]
+    return [p for p in paths if os.path.isfile(p)]      # the bench's own files are not in the image
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fs", required=True, choices=("xfs", "btrfs", "ext4"))
+    ap.add_argument("--apps", default="vim,python")
+    ap.add_argument("--db", default="/var/lib/warmstart/bench.db")
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    disk = EmuDisk.up("fsmeta-order", profile="hdd7200", image="system", fs=a.fs)
+    mnt = str(disk.mountpoint)
+    db = sqlite3.connect(a.db)
+    try:
+        for app in a.apps.split(","):
+            files = schedule_paths(db, app, a.fs, mnt)
+            dirs = sorted({os.path.dirname(p[:i]) for p in files for i in range(len(mnt) + 1, len(p) + 1)
+                           if p[i - 1:i] == "/"} | {os.path.dirname(p) for p in files})
+            dirs = [d for d in dirs if len(d) >= len(mnt)]
+            ino = {x: os.lstat(x).st_ino for x in dirs + files}      # warm: before the drops
+            by_ino = sorted(dirs + files, key=ino.get)
+            depth = {d: d.count("/") for d in dirs}
+
+            def listed_levels():
+                for lv in sorted(set(depth.values())):
+                    for d in sorted((d for d in dirs if depth[d] == lv), key=ino.get):
+                        os.listdir(d)
+
+            def files_by_ino():
+                for p in sorted(files, key=ino.get):
+                    os.lstat(p)
+
+            orders = {
+                "directories read whole level by level, then files": lambda: (listed_levels(), files_by_ino()),
+                "directories read whole in inode order, then files":
+                    lambda: ([os.listdir(d) for d in sorted(dirs, key=ino.get)], files_by_ino()),
+                "one pass, directories read whole": lambda: [os.listdir(x) if x in depth else os.lstat(x) for x in by_ino],
+                "one pass, lookups only": lambda: [os.lstat(x) for x in by_ino],
+                "files looked up only": files_by_ino,
+            }
+            times, reads = {k: [] for k in orders}, {}
+            for _ in range(a.reps):
+                for name, run in orders.items():
+                    drop_caches()
+                    disk.reset_stats()
+                    t0 = time.monotonic()
+                    run()
+                    times[name].append((time.monotonic() - t0) * 1000)
+                    reads[name] = disk.stats()["reads"]
+            print(f"{a.fs} {app}: {len(files)} files, {len(dirs)} directories")
+            for name in orders:
+                print(f"  {name}: {statistics.median(times[name]):.0f} ms, {reads[name]} reads")
+    finally:
+        disk.down()
+
+
+if __name__ == "__main__":
+    main()
