@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +12,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 IN_CI = os.environ.get("CI") == "true"
+
+# Ctrl-C must reach the tests that send it (the recorder's, launching's), whoever started the
+# suite: a job put in the background by a non-interactive shell (nohup, `cmd &` in a script)
+# inherits SIGINT ignored, and then Python installs no KeyboardInterrupt handler, here or in the
+# processes the tests start (an ignored signal stays ignored across exec; a handled one does not).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def require(condition: bool, reason: str) -> None:
