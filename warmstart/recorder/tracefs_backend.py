@@ -2,9 +2,10 @@
 
 No pid filter, because requests issued by kernel threads (kworker, kblockd, loop workers) on the
 launch's behalf must be seen too; attribution.py keeps only the launch's requests. Writes are
-filtered out in the kernel: no launch sequence holds them (the analysis skips them), and another
-process's writeback (a copy, a build, an image written by a test before) filled the buffer of a
-one-second recording until it lost 23,661 events and could not be analyzed.
+filtered out in the kernel: no launch sequence holds them (the analysis skips them), and every
+other process's writeback (a copy, a build) would take room in the buffer. A one-second
+recording in a CI run lost 23,661 events and could not be analyzed; writeback filling this
+buffer is the likely cause (not reproduced).
 """
 
 from pathlib import Path
