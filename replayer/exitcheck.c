@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "pathopen.h"
 #include "residency.h"
 
@@ -25,13 +25,6 @@ int exit_check_open(pid_t pid)
 	if (fd >= 0)
 		fcntl(fd, F_SETFD, FD_CLOEXEC);
 	return fd;
-}
-
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* The file as the analyzer saw it (same identity), or -1: a changed file says nothing. */
@@ -71,7 +64,7 @@ void exit_check_run(int pidfd, const struct wsr_schedule *s, const uint64_t *out
 	close(pidfd);
 	/* still running after the wait (a long-lived app): measured now, said so */
 	x->exited = r > 0;
-	x->t_exit_s = mono_s();
+	x->t_exit_s = mono_ns() / 1e9;
 	x->evicted_known = true;
 	for (uint32_t i = 0; i < s->nfiles; i++) {
 		int fd = open_same(&s->files[i]);

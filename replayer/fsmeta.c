@@ -26,9 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "pathopen.h"
 
 #define MAX_DIR_BYTES (1 << 20)   /* of entries read per directory (~20,000 names) */
@@ -57,11 +57,9 @@ static int marked(const struct wsr_file *f)
 	return f->kind == WSR_KIND_FILE && (f->flags & WSR_FILE_WARM_META);
 }
 
-static uint64_t now_ns(void)
+static int in_pass(const struct wsr_file *f)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return marked(f) || f->kind == WSR_KIND_DIR;
 }
 
 /* Reads the directory open at fd to its end; returns the bytes of entries, or -errno. */
@@ -108,24 +106,21 @@ int fsmeta_warm(const struct wsr_schedule *s, const bool *in_prebuffer, fsmeta_o
 		struct fsmeta_stats *st)
 {
 	uint32_t n = 0, nmarked = 0;
-	for (uint32_t i = 0; i < s->nfiles; i++) {
+	for (uint32_t i = 0; i < s->nfiles; i++)
 		nmarked += marked(&s->files[i]);
-		n += marked(&s->files[i]) || s->files[i].kind == WSR_KIND_DIR;
-	}
 	if (!nmarked)
 		return 0;
-	struct item *items = malloc(n * sizeof(*items));
+	struct item *items = malloc(s->nfiles * sizeof(*items));
 	if (!items)
 		return -ENOMEM;
-	n = 0;
 	for (uint32_t i = 0; i < s->nfiles; i++)
-		if (marked(&s->files[i]) || s->files[i].kind == WSR_KIND_DIR)
+		if (in_pass(&s->files[i]))
 			items[n++] = (struct item){ i, s->files[i].dev, s->files[i].ino };
 	qsort(items, n, sizeof(*items), by_inode);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = mono_ns();
 	for (uint32_t k = 0; k < n; k++)
 		warm_one(&s->files[items[k].no], st);
-	st->pass_ns = now_ns() - t0;
+	st->pass_ns = mono_ns() - t0;
 	/* the files the pre-buffer does not open: opened and checked now, the fd kept */
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t no = items[k].no;

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "pathopen.h"
@@ -18,13 +17,6 @@
 #define FD_UNOPENED (-2)
 #define FD_SKIPPED (-1)
 #define PRESSURE_EVERY (16ull << 20)
-
-uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
 
 /* ---- plan ---- */
 

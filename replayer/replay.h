@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "fsmeta.h"
 #include "wsr_format.h"
@@ -57,8 +58,6 @@ struct replay_stats {
 	 * UNMEASURED; the exit check does not count them as misses */
 	uint64_t *outside_at_open;
 };
-
-uint64_t mono_ns(void);
 
 /* Runs the whole replay. Returns 0, or -errno for a setup failure (the app is still released). */
 int replay_run(const struct wsr_schedule *s, struct engine *e, const struct replay_opts *o,
