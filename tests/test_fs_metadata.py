@@ -8,10 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import have_tracefs, require
 from replay_helpers import REPLAY, file_range, make_app, run_replayer, save, scheduled_file
 from warmstart.analyzer import inputs
+from warmstart.analyzer.access import metadata_step
 from warmstart.analyzer.analyze import add_file_metadata, build_sequence, file_map, map_sequence
 from warmstart.db import open_db
 from warmstart.db.schedules import load_active_schedule
@@ -154,7 +157,7 @@ def test_a_measured_launch_reads_nothing_between_its_cold_cache_and_its_start(em
 
 def _record_and_map(disk, tag, request, tmp_path):
     """Record a cold `cat` of files on the disk and run the analyzer's file map and metadata
-    steps on it (what analyze() schedules): (the file map's report, the raw ranges of the disk)."""
+    steps on it (what analyze() schedules): (the file map, the raw ranges of the disk)."""
     require(have_tracefs(), "needs root and tracefs")
     dirs, files = _tree(disk, tag, request, tmp_path)
     db = tmp_path / "db"
@@ -168,12 +171,14 @@ def _record_and_map(disk, tag, request, tmp_path):
     fmap = file_map(conn, rids)
     _, items = map_sequence(build_sequence(conn, recs, None), fmap)
     add_file_metadata(items)
-    return fmap.report, [p for ps in items for p in ps if p.file is None and p.dev == disk.dev]
+    return fmap, [p for ps in items for p in ps if p.file is None and p.dev == disk.dev]
 
 
 def test_ext4_schedules_keep_block_device_metadata(emu_hdd, request, tmp_path):
-    report, raw = _record_and_map(emu_hdd, "ext4", request, tmp_path)
+    fmap, raw = _record_and_map(emu_hdd, "ext4", request, tmp_path)
+    report = fmap.report
     assert raw, "ext4: the files' inode, directory and extent blocks are read through the block device"
+    assert fmap.fs_meta_reads == []     # no metadata step to model: its blocks are in the schedule
     # none of the disk's dropped (the host's root disk may be: it cannot be opened on some machines)
     assert f"{os.major(emu_hdd.dev)}:{os.minor(emu_hdd.dev)}" not in report.raw_dropped, report
 
@@ -181,11 +186,73 @@ def test_ext4_schedules_keep_block_device_metadata(emu_hdd, request, tmp_path):
 @pytest.mark.parametrize("fs", ["xfs", "btrfs"])
 def test_no_block_device_ranges_where_they_cannot_help(fs, request, tmp_path):
     disk = request.getfixturevalue(f"emu_{fs}")
-    report, raw = _record_and_map(disk, fs, request, tmp_path)
+    fmap, raw = _record_and_map(disk, fs, request, tmp_path)
+    report = fmap.report
     assert raw == []
     key = f"{os.major(disk.dev)}:{os.minor(disk.dev)}"
-    # the launch did read metadata there (unmapped): dropped, with the reason
-    assert report.dropped_raw_bytes > 0 and key in report.raw_dropped, report
+    # the launch did read metadata there (unmapped): dropped, with the reason (btrfs's device is
+    # found through its device list: its files' st_dev is an anonymous device)
+    assert report.dropped_raw_bytes > 0 and fs in report.raw_dropped.get(key, ""), report
+    # ... and kept aside as the metadata step's work, on the disk, each read once in disk order
+    assert fmap.fs_meta_reads and {d for d, _, _ in fmap.fs_meta_reads} == {disk.dev}
+    step = metadata_step(fmap.fs_meta_reads + fmap.fs_meta_reads[:1], lambda dev: None)
+    assert step["reads"] == sorted(step["reads"]) and step["t_s"] == 0.0      # no profile: not timed
+    assert sum(n for _, _, n in step["reads"]) * 512 <= report.dropped_raw_bytes
+
+
+@pytest.mark.parametrize("fs", ["xfs", "btrfs"])
+def test_t_exp_and_the_hold_count_the_metadata_step(fs, request, tmp_path):
+    """On XFS and btrfs the replayer reads metadata through the file system before its first
+    segment: the schedule models that step from the launch's own metadata reads, and its t_exp,
+    `show` and the exec hold count it (a schedule without it: "far above t_exp" verdicts and
+    holds released before the pre-buffer was read)."""
+    from warmstart.db.recordings import recorded_launch_s
+    from warmstart.hook.config import HookConfig
+    from warmstart.hook.entries import build_index, hold_ms_for
+    from warmstart.hook.layout import HookPaths
+    disk = request.getfixturevalue(f"emu_{fs}")
+    _record_and_map(disk, fs, request, tmp_path)
+    db = tmp_path / "db"
+    p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), "analyze", "--json", fs],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    sched = load_active_schedule(open_db(db), fs)
+    step = sched.params["metadata_step"]
+    assert step["reads"] and {d for d, _, _ in step["reads"]} == {disk.dev}
+    # its time on the disk's profile (not the root disk's, where `cat` and its libraries are):
+    # a few ms per read on an emulated 7200 rpm disk
+    assert 0.001 * len(step["reads"]) < step["t_s"] < 0.03 * len(step["reads"]), step
+    assert sched.metadata_step_s == step["t_s"]
+    assert sched.t_exp_s > step["t_s"] + sum(g.cpu_s for g in sched.segments)
+    assert sched.prebuffer_s == pytest.approx(step["t_s"] + sched.segments[0].t_disk_s)
+    # the exec's hold: hold_factor x (the step + segment 1), capped by the cold launch
+    cfg = HookConfig(hold_factor=1.0, max_hold_fraction=1.0, min_hold_ms=0)
+    conn = open_db(db)
+    index, skipped = build_index(conn, HookPaths(tmp_path, tmp_path / "state", tmp_path / "run", tmp_path / "etc"), cfg)
+    assert not skipped and len(index.entries) == 1, skipped
+    cold = recorded_launch_s(conn, sched.recording_ids)
+    assert index.entries[0].hold_ms == hold_ms_for(sched.prebuffer_s, cold, cfg)
+    assert index.entries[0].hold_ms >= min(cold, step["t_s"] + sched.segments[0].t_disk_s) * 1000
+    show = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), "show", fs],
+                          capture_output=True, text=True, timeout=60)
+    assert f"metadata step through the file system: {len(step['reads'])} reads" in show.stdout, show.stdout
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2]), st.integers(0, 400), st.integers(1, 40)), max_size=30))
+def test_the_metadata_step_reads_each_sector_once_in_disk_order(reads):
+    """metadata_step keeps exactly the sectors the launch read, each once, per device in disk
+    order, and times each device's runs on that device's own profile."""
+    step = metadata_step(reads, lambda dev: None)
+    runs = [tuple(r) for r in step["reads"]]
+    assert runs == sorted(runs)
+    for (d1, s1, n1), (d2, s2, _) in zip(runs, runs[1:]):
+        assert d1 != d2 or s1 + n1 < s2        # disjoint and not touching: one run each
+    sectors = {(d, x) for d, s, n in reads for x in range(s, s + n)}
+    assert sectors == {(d, x) for d, s, n in runs for x in range(s, s + n)}
+    asked = []
+    metadata_step(reads, lambda dev: asked.append(dev))
+    assert sorted(asked) == sorted({d for d, _, _ in reads})
 
 
 def test_export_marks_the_files_the_analyzer_named():

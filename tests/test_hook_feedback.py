@@ -217,6 +217,27 @@ def test_launches_far_above_t_exp_are_bad_but_kept_with_learn_off(db):
     assert "still prefetched" in feedback.degraded(conn, cfg)["mail"]
 
 
+def test_t_exp_is_judged_with_the_metadata_step_this_launch_measured(db):
+    """XFS and btrfs: t_exp 0.5 s holds a modelled metadata step of 0.1 s; this launch's replayer
+    measured 0.6 s for it. A 1.4 s launch then kept its prediction (0.5 - 0.1 + 0.6 = 1.0 s;
+    cold 2.0 s): not "far above t_exp", which the modelled step alone would call it. The step's
+    cost is still judged against cold: at 1.95 s the launch is not clearly faster."""
+    conn, sid = db
+    conn.execute("UPDATE schedules SET params_json = json_object('metadata_step', json_object('t_s', 0.1))")
+    cfg = HookConfig(learn="off")
+    cold_recordings(conn, [2.0, 2.0])
+    s = timed(1.4)
+    s["t_meta_ns"] = 600_000_000
+    _, v = judge(conn, sid, s, cfg)
+    assert v["over_t_exp"] is False and not v["bad"], v
+    _, v = judge(conn, sid, timed(1.4), cfg)        # no step measured (an older replayer): t_exp as stored
+    assert v["over_t_exp"] and v["bad"], v
+    s = timed(1.95)
+    s["t_meta_ns"] = 1_500_000_000
+    _, v = judge(conn, sid, s, cfg)
+    assert v["slow"] and v["bad"] and "not clearly faster than cold" in v["reason"], v
+
+
 def test_a_warm_launch_is_not_timed_against_cold(db):
     """Over half the schedule cached before the replay: its time says nothing about the schedule."""
     conn, sid = db

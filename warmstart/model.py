@@ -195,6 +195,19 @@ class Schedule:
     stale: bool = False
     params: dict = field(default_factory=dict)
 
+    @property
+    def metadata_step_s(self) -> float:
+        """Modelled time of the replayer's metadata step, before its first segment (XFS, btrfs:
+        analyzer.access.metadata_step; 0 where block-device ranges warm the metadata). Inside
+        t_exp_s; the hold adds it to the pre-buffer."""
+        return float((self.params.get("metadata_step") or {}).get("t_s", 0.0))
+
+    @property
+    def prebuffer_s(self) -> float:
+        """Modelled time until the replayer can release the app: the metadata step, then the
+        first segment."""
+        return self.metadata_step_s + (self.segments[0].t_disk_s if self.segments else 0.0)
+
     def to_json(self) -> dict:
         """A JSON-safe dict; paths are given as surrogateescape'd str (bytes do not go to JSON)."""
         def fix(o):
@@ -299,6 +312,15 @@ class DiskProfile:
         switch = np.where(same_dev, switch, self.c_switch_s)
         over = np.where(same_dev & (gap == 0), 0.0, self.overhead_s)
         return float(np.sum(transfer + switch + over))
+
+    def scattered_time(self, ranges: Sequence[Tuple[int, int, int]]) -> float:
+        """Seconds to read [(dev, byte start, byte length), ...] one at a time in an order not
+        known here: each an average switch (C_switch), its overhead and its transfer."""
+        import numpy as np
+        if not ranges:
+            return 0.0
+        a = np.array(ranges, dtype=np.int64)
+        return float(len(a) * (self.c_switch_s + self.overhead_s) + np.sum(a[:, 2] / self.rate(a[:, 1].astype(float))))
 
     def access_time(self, ranges: Sequence[Tuple[int, int, int]]) -> float:
         """Seconds to read [(dev, byte start, byte length), ...] in the given order."""

@@ -122,18 +122,44 @@ def schedule_cost(sched: Schedule, profile: DiskProfile, locate: Optional[Locate
     return ScheduleCost(launch, per, requests, seeks)
 
 
+def metadata_step(reads: Sequence[Sequence[int]], profile_of: Callable[[int], Optional[DiskProfile]]) -> dict:
+    """The replayer's metadata step (XFS, btrfs: lookups and directory reads through the file
+    system, one at a time, before any data; docs/replayer.md) as the schedule stores it:
+    `reads`, the launch's own reads of that metadata [(block dev, sector, sectors)] each once in
+    disk order (FileMap.fs_meta_reads), and `t_s`, their time on the profile of their device
+    (profile_of(dev); None: not timed), each read an average switch (DiskProfile.scattered_time):
+    the step goes in inode order, which is not these reads' disk order, and waits for each.
+    t_exp and the hold count it: the step runs before the first segment."""
+    runs: List[List[int]] = []
+    for dev, sector, n in sorted({tuple(r) for r in reads}):
+        if runs and runs[-1][0] == dev and sector <= runs[-1][1] + runs[-1][2]:
+            runs[-1][2] = max(runs[-1][2], sector + n - runs[-1][1])
+        else:
+            runs.append([dev, sector, n])
+    t = 0.0
+    for dev in sorted({r[0] for r in runs}):
+        prof = profile_of(dev)
+        if prof is not None:
+            t += prof.scattered_time([(d, s * 512, n * 512) for d, s, n in runs if d == dev])
+    return {"reads": runs, "t_s": t}
+
+
 def schedule_profile(conn, sched: Schedule) -> Tuple[Optional[int], DiskProfile, str]:
     """(profile id or None, profile, where it came from) of the device sched is timed on."""
     return model_profile(conn, main_dev(conn, (r for s in sched.segments for r in s.ranges)))
 
 
 def remodel(conn, sched: Schedule) -> str:
-    """Set sched's t_i and t_exp from its device's profile; returns what it was modelled with."""
+    """Set sched's t_i, metadata step and t_exp from its device's profile; returns what it was
+    modelled with."""
     profile_id, prof, how = schedule_profile(conn, sched)
     cost = schedule_cost(sched, prof)
     for seg, t in zip(sched.segments, cost.per_segment):
         seg.t_disk_s = t
-    sched.t_exp_s = cost.launch_s
+    if sched.params.get("metadata_step"):
+        sched.params["metadata_step"] = metadata_step(sched.params["metadata_step"]["reads"],
+                                                      lambda dev: model_profile(conn, dev)[1])
+    sched.t_exp_s = cost.launch_s + sched.metadata_step_s
     sched.profile_id = profile_id
     return "modelled: " + how
 

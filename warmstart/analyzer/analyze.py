@@ -22,12 +22,12 @@ from ..model import Range, Schedule, Segment
 from ..errors import WarmstartError
 from ..fs import metadata as fs_metadata
 from . import bound, inputs, probe
-from .access import CalibratedCost, DiskCost, ModelCost, calibration
+from .access import CalibratedCost, DiskCost, ModelCost, calibration, metadata_step
 from .ext4meta import MetadataFinder
 from .filemap import FileMap, Piece
 from .gapmerge import merge_gaps
 from .ordering import PieceTable
-from .profile import main_dev, profile_without_node, stored_profile
+from .profile import main_dev, model_profile, profile_without_node, stored_profile
 from .segment import Result, launch_time, optimise, paper, reorder
 from .sequence import Access, LaunchSequence, from_requests, merge_recordings
 from .strips import geometry_from_sysfs, split_at_strips, whole_stripes
@@ -422,6 +422,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     order = order_segments(chosen, table, cost, opts)                               # 6
     segments = order.segments
     cut = bound.of_analysis(items, [a.busy_after_ns for a in kept], seg.cpu_scale, cost.prof, cost.dev)
+    meta_step = metadata_step(fmap.fs_meta_reads,
+                              lambda dev: cost.prof if dev == cost.dev and cost.prof else model_profile(conn, dev)[1])
 
     used_files = sorted({r.file for s in segments for r in s.ranges if r.file is not None}, key=lambda f: f.path)
     extents = {i: fmap.extents[f] for i, f in enumerate(used_files)}                # 7
@@ -433,8 +435,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
               "filemap": fmap.report.to_json(),
               "coverage": [{"recording_id": c.recording_id, "fraction": c.fraction} for c in seq.coverage],
               "lossy_recordings": [r.id for r in lossy], "cpu_scale": seg.cpu_scale, "cpu_placement": seq.cpu_placement,
-              "cpu_scale_source": seg.scale_source, "bound": cut.to_json(), **cost.notes}
-    sched = Schedule(None, app_name, chosen.algorithm, cost.method, chosen.t_exp,
+              "cpu_scale_source": seg.scale_source, "bound": cut.to_json(), "metadata_step": meta_step, **cost.notes}
+    sched = Schedule(None, app_name, chosen.algorithm, cost.method, chosen.t_exp + meta_step["t_s"],
                      sum(s.bytes for s in segments), order.waste, rids, segments, used_files, extents,
                      profile_id=cost.profile_id, params=params)
     if opts.save:
@@ -444,7 +446,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
         "app": app_name, "schedule_id": sched.id, "algorithm": chosen.algorithm, "probe": cost.method,
         "requests": len(items), "segments": [len(s.ranges) for s in segments],
         "segment_p": [[s.first_p, s.last_p] for s in segments],
-        "t_disk_s": chosen.t_disk, "cpu_s": chosen.cpu, "t_exp_s": chosen.t_exp, "t_model_s": chosen.t_model,
+        "t_disk_s": chosen.t_disk, "cpu_s": chosen.cpu, "t_exp_s": sched.t_exp_s, "t_model_s": chosen.t_model,
         "total_bytes": sched.total_bytes, "waste_bytes": order.waste, "files": len(used_files),
         "dropped_writes": seq.dropped_writes, "dropped_rereads": seq.dropped_rereads,
         "probe_calls": {"model": model.calls if model else 0, "disk": disk.calls if disk else 0},

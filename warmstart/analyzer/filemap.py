@@ -15,7 +15,8 @@ range only if no file of the recording was skipped; otherwise it may have been a
 data and it is dropped (counted in `dropped_unmapped_bytes`). Either kind is kept only where a raw
 read of the device can help (warmstart/fs/metadata.py: inside an ext2/3/4 file system); on XFS,
 btrfs or a device no mount names it is dropped (`dropped_raw_bytes`, the reasons in `raw_dropped`):
-their metadata is warmed through the file system by the replayer's metadata step instead.
+their metadata is warmed through the file system by the replayer's metadata step instead, and
+the dropped reads of an XFS or btrfs device are kept aside (`fs_meta_reads`) to model that step.
 
 Devices: requests are on the device the tracer saw; a file's extents are relative to its file
 system's data device (fs.FileSystem.data_device: the mounted device, btrfs's device from its
@@ -109,6 +110,9 @@ class FileMap:
         self.raw_policy = raw_policy    # where unmapped raw ranges help; None: everywhere (no mounts asked)
         self.added_pages = added_pages  # (dev, ino) -> page indexes the launch added; None: unknown
         self.used_pages = used_pages    # (dev, ino) -> sorted (first, last) page runs used; None: keep all
+        # the launch's reads of XFS/btrfs metadata: (block dev, sector, sectors), in launch order;
+        # the replayer's metadata step reads them through the file system (analyzer.access.metadata_step)
+        self.fs_meta_reads: List[Tuple[int, int, int]] = []
         self.files: List[ScheduledFile] = []
         self.extents: Dict[ScheduledFile, List[Extent]] = {}
         # per device: sorted starts, and (start, end, file, logical_bytes, ino_key)
@@ -224,6 +228,8 @@ class FileMap:
         n = (e - s) * 512
         if self.raw_policy is not None and not self.raw_policy.helps(a.dev, s):
             self.report.dropped_raw_bytes += n
+            if self.raw_policy.warmed_through_fs(a.dev, s):
+                self.fs_meta_reads.append((a.dev, s, e - s))
             self.report.raw_dropped[f"{os.major(a.dev)}:{os.minor(a.dev)}"] = self.raw_policy.why_not(a.dev)
             return None
         if a.is_meta:

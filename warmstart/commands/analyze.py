@@ -12,6 +12,10 @@ def _text(r):
              f"  {r['requests']} requests, {len(r['segments'])} segments, {r['total_bytes'] / 1e6:.1f} MB "
              f"({r['waste_bytes'] / 1e6:.2f} MB gap waste), {r['files']} files",
              f"  t_exp {r['t_exp_s']:.3f} s   (recorded cold launch {r['cold_launch_s']:.3f} s)"]
+    meta = r.get("metadata_step")
+    if meta and meta["reads"]:
+        lines.append(f"  metadata step through the file system: {len(meta['reads'])} reads the launch made, "
+                     f"{meta['t_s']:.3f} s modelled (in t_exp, before segment 1)")
     for name, c in r["compare"].items():
         extra = f", disk {c['t_disk_s']:.3f} s" if "t_disk_s" in c else ""
         lines.append(f"  {name:<8} modelled {c['t_model_s']:.3f} s{extra}")

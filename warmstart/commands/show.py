@@ -31,6 +31,10 @@ def _text(s, ranges, b):
     lines = [f"schedule #{s.id} of {s.app_name}: {s.algorithm} / {s.probe}, t_exp {s.t_exp_s:.3f} s, "
              f"{s.total_bytes / 1e6:.1f} MB ({s.waste_bytes / 1e6:.2f} MB waste), {len(s.files)} files"
              + (" [STALE]" if s.stale else ""), _bound_line(b)]
+    meta = s.params.get("metadata_step")
+    if meta and meta["reads"]:
+        lines.append(f"  metadata step through the file system: {len(meta['reads'])} reads, "
+                     f"{meta['t_s']:.3f} s modelled (in t_exp, before segment 1)")
     lines.append(f"  {'seg':>3} {'p':>11} {'ranges':>6} {'MB':>7} {'t_i s':>7} {'cpu s':>7}")
     for g in s.segments:
         lines.append(f"  {g.idx:>3} {g.first_p:>5}-{g.last_p:<5} {len(g.ranges):>6} {g.bytes / 1e6:>7.2f} "

@@ -145,10 +145,12 @@ def app_of_schedule(conn: sqlite3.Connection, schedule_id: int) -> int:
     return conn.execute("SELECT app_id FROM schedules WHERE id = ?", (schedule_id,)).fetchone()[0]
 
 
-def schedule_t_exp(conn: sqlite3.Connection, schedule_id: int) -> Optional[float]:
-    """The schedule's expected launch time (t_exp_s), None if the schedule is gone."""
-    row = conn.execute("SELECT t_exp_s FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
-    return None if row is None else row[0]
+def schedule_t_exp(conn: sqlite3.Connection, schedule_id: int) -> Optional[Tuple[float, float]]:
+    """The schedule's expected launch time (t_exp_s) and the modelled metadata step inside it
+    (0 if none: Schedule.metadata_step_s), None if the schedule is gone."""
+    row = conn.execute("SELECT t_exp_s, json_extract(params_json, '$.metadata_step.t_s') FROM schedules "
+                       "WHERE id = ?", (schedule_id,)).fetchone()
+    return None if row is None else (row[0], float(row[1] or 0.0))
 
 
 def activate_schedule(conn: sqlite3.Connection, app_name: str, schedule_id: int) -> None:

@@ -71,26 +71,29 @@ class RawReadPolicy:
     Everywhere else (XFS, btrfs, a device no mount names) it fills a cache nothing reads."""
 
     def __init__(self, mount_list: Optional[List[Mount]] = None):
-        self._areas: Dict[int, List[Tuple[int, int]]] = {}     # block dev -> sector spans
+        from . import FileSystems
+        self._areas: Dict[int, List[Tuple[int, int]]] = {}     # block dev -> sector spans ("bdev")
+        self._own_cache: Dict[int, List[Tuple[int, int]]] = {}  # block dev -> spans of "fs" file systems
         self.fstype: Dict[int, str] = {}                      # block dev -> the fs seen on it
         self._unreadable: Dict[int, Optional[str]] = {}       # block dev -> why it cannot be read
-        for m in mount_list if mount_list is not None else mounts():
-            if os.major(m.dev) == 0:
-                continue             # no block device (btrfs, tmpfs, overlay...): nothing by LBA
-            disk, start = disk_of(m.dev)
-            self.fstype.setdefault(m.dev, m.fstype)
-            self.fstype.setdefault(disk, m.fstype)
-            if metadata_mode(m.fstype) != BDEV:
-                continue
-            self._areas.setdefault(m.dev, []).append((0, 1 << 62))
-            if disk != m.dev:
-                end = start + size_bytes(m.dev) // 512 if size_bytes(m.dev) else 1 << 62
-                self._areas.setdefault(disk, []).append((start, end))
+        mount_list = mount_list if mount_list is not None else mounts()
+        for dev0, fsys in FileSystems(mount_list).items():
+            # its block devices: the mount's own, and those its module names (btrfs: its device
+            # list; its mount's st_dev is an anonymous device no block request carries)
+            own = [dev0] if os.major(dev0) != 0 else []
+            for dev in own + [d for d in fsys.devices() if d not in own]:
+                _add_area(self._areas if fsys.metadata == BDEV else self._own_cache, self.fstype, dev, fsys.mount.fstype)
 
     def helps(self, dev: int, sector: int) -> bool:
         """Whether reading `sector` of block device `dev` can warm a mounted file system (and
         the device can be read at all: some machines refuse opens of their root disk's node)."""
-        return any(a <= sector < b for a, b in self._areas.get(dev, ())) and self._readable(dev) is None
+        return _inside(self._areas, dev, sector) and self._readable(dev) is None
+
+    def warmed_through_fs(self, dev: int, sector: int) -> bool:
+        """Whether `sector` of block device `dev` lies in a file system whose metadata the
+        replayer's metadata step warms through the file system (XFS, btrfs): a launch's raw read
+        there is that step's work, not a range to schedule (analyzer.access.metadata_step)."""
+        return _inside(self._own_cache, dev, sector)
 
     def _readable(self, dev: int) -> Optional[str]:
         """None if dev's node opens for reading, else why not (asked once per device)."""
@@ -113,3 +116,18 @@ class RawReadPolicy:
         if fs is None:
             return "no mounted file system on this device (btrfs and stacked devices show none): raw reads help nothing"
         return f"{fs} keeps its metadata in its own cache: warmed through the file system instead"
+
+
+def _add_area(areas: Dict[int, List[Tuple[int, int]]], fstype: Dict[int, str], dev: int, name: str) -> None:
+    """Block device dev holds file system `name`: all of dev, and its span of the whole disk."""
+    disk, start = disk_of(dev)
+    fstype.setdefault(dev, name)
+    fstype.setdefault(disk, name)
+    areas.setdefault(dev, []).append((0, 1 << 62))
+    if disk != dev:
+        end = start + size_bytes(dev) // 512 if size_bytes(dev) else 1 << 62
+        areas.setdefault(disk, []).append((start, end))
+
+
+def _inside(areas: Dict[int, List[Tuple[int, int]]], dev: int, sector: int) -> bool:
+    return any(a <= sector < b for a, b in areas.get(dev, ()))

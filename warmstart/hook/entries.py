@@ -87,13 +87,12 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
             write_export(sched, export, 0o600 if owner else 0o644)
         except OSError as e:
             raise WarmstartError(f"cannot write schedule export {export}: {e.strerror}; run as root")
-        first = sched.segments[0].t_disk_s if sched.segments else 0.0
         cold = recorded_launch_s(conn, sched.recording_ids)
         entry = IndexEntry(
             dev=ident[0], ino=ident[1], size=ident[2], mtime_ns=ident[3], schedule_id=sched.id, exe=exe,
             schedule=os.fsencode(export), name=name, needles=needles(exe, argv),
             files=tuple(f.path for f in sched.files if f.path.startswith(b"/")),
-            hold_ms=hold_ms_for(first, cold, cfg), owner_uid=owner)
+            hold_ms=hold_ms_for(sched.prebuffer_s, cold, cfg), owner_uid=owner)
         index.entries.append(entry)
         if launcher:
             index.entries.extend(launcher_entry(entry, *launcher))

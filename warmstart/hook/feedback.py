@@ -161,6 +161,19 @@ def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float]) 
     return {"slow": slow, "over_t_exp": over, "time_reason": reason}
 
 
+def expected_time(t_exp: Optional[Tuple[float, float]], stats: Optional[dict]) -> Optional[float]:
+    """The schedule's t_exp with its modelled metadata step (XFS, btrfs) replaced by the step
+    this launch's replayer measured (`t_meta_ns`; a schedule analyzed before the step was
+    modelled has none inside): the model counts the launch's own metadata reads, the step reads
+    in an order and an amount it cannot know (docs/algorithms.md); the comparison with cold
+    judges the step's cost, this one the rest of the prediction."""
+    if t_exp is None:
+        return None
+    t, step = t_exp
+    measured = (stats or {}).get("t_meta_ns")
+    return t if measured is None else t - step + measured / 1e9
+
+
 def judged_history(conn, app_id: int, schedule_id: Optional[int] = None) -> List[dict]:
     """The verdicts of this app's hooked launches (of one schedule, if given) that had one: judged
     by hit ratio, or timed against cold; oldest first."""
@@ -268,7 +281,7 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
         verdict.update(slow=None, time_reason="prefetched pages lost during the launch: not compared with cold")
     elif launch_s is not None and not _warm(stats):
         cold = cold_reference(conn, app_id)
-        verdict.update(time_verdict(launch_s, cold, schedule_t_exp(conn, sid)), cold=cold)
+        verdict.update(time_verdict(launch_s, cold, expected_time(schedule_t_exp(conn, sid), stats)), cold=cold)
         if verdict["slow"] or verdict["over_t_exp"]:
             verdict["reason"] = "; ".join(r for r in (verdict["time_reason"], verdict["reason"]) if r)
             verdict["bad"] = True
