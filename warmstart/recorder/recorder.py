@@ -10,7 +10,6 @@ held at its exec by warmstartd). Both trace through LaunchTrace and store throug
 store_recording.
 """
 
-import contextlib
 import os
 import resource
 import selectors
@@ -36,6 +35,7 @@ from .opens import OpenWatch
 from .resolve import resolve_inodes
 from ..fs import FileSystems, fs_mount_points
 from .tasks import build_tree
+from .together import AtOnce
 from .tracefs import Instance, clean_root
 
 TASK_EVENTS = ("sched/sched_process_fork", "sched/sched_process_exec", "sched/sched_process_exit",
@@ -83,10 +83,13 @@ class Trace:
 
 
 class LaunchTrace:
-    """The tracing of one recorded launch: the block backend (every request on the system) and
-    the task instance (sched and filemap events of `seed` and everything it forks, event-fork).
-    `with LaunchTrace(...) as lt:` both run; lt.stop() gives the Trace; leaving the `with`
-    removes both, also on errors and Ctrl-C."""
+    """The tracing of one recorded launch: the block backend (every request on the system), the
+    task instance (sched and filemap events of `seed` and everything it forks, event-fork) and
+    the open watch. `with LaunchTrace(...) as lt:` sets all three up at once (each instance
+    allocates its ring buffers); lt.start() starts tracing; lt.stop() gives the Trace and starts
+    removing them, in the background and at once (each removal waits for RCU grace periods),
+    while the caller goes on; leaving the `with` waits until all are removed, and removes them
+    also on errors and Ctrl-C."""
 
     def __init__(self, root, backend: str, devices: Sequence[int], seed: int, buffer_kb: int,
                  say: Callable[[str], None]):
@@ -95,17 +98,24 @@ class LaunchTrace:
         self.tasks = Instance(root, "task", events, buffer_kb=buffer_kb,
                               options=("record-tgid", "event-fork"), event_pids=[seed])
         self.opens = OpenWatch(fs_mount_points())
-        self._stack = contextlib.ExitStack()
+        self._entered: list = []
+        self._removal: Optional[AtOnce] = None
 
     def __enter__(self) -> "LaunchTrace":
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(self.backend)
-            stack.enter_context(self.tasks)
-            stack.enter_context(self.opens)
-            self.tasks.start()
-            self.backend.start()
-            self._stack = stack.pop_all()
+        parts = [self.backend, self.tasks, self.opens]
+        entering = AtOnce([p.__enter__ for p in parts])
+        try:
+            entering.wait()
+        except BaseException:   # no __exit__ follows: remove what was set up
+            self._entered = [parts[i] for i in entering.succeeded()]
+            self._remove().wait()
+            raise
+        self._entered = parts
         return self
+
+    def start(self) -> None:
+        self.tasks.start()
+        self.backend.start()
 
     def check(self) -> None:
         """Raise WarmstartError if tracing broke (called while the launch runs)."""
@@ -115,12 +125,20 @@ class LaunchTrace:
     def stop(self) -> Trace:
         self.backend.stop()
         self.tasks.stop()
-        return Trace(requests=self.backend.requests(), task_events=self.tasks.take(),
-                     lost_events=self.backend.lost_events() + self.tasks.lost_events(),
-                     backend=self.backend.name, uses_traced=self.uses_traced, opens=self.opens.take())
+        trace = Trace(requests=self.backend.requests(), task_events=self.tasks.take(),
+                      lost_events=self.backend.lost_events() + self.tasks.lost_events(),
+                      backend=self.backend.name, uses_traced=self.uses_traced, opens=self.opens.take())
+        self._removal = self._remove()
+        return trace
+
+    def _remove(self) -> AtOnce:
+        entered, self._entered = self._entered, []
+        return AtOnce([lambda p=p: p.__exit__(None, None, None) for p in entered])
 
     def __exit__(self, *exc):
-        return self._stack.__exit__(*exc)
+        removal, self._removal = self._removal or self._remove(), None
+        removal.wait()
+        return False
 
 
 class _SignalsAsInterrupt:
@@ -193,17 +211,22 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
     root = clean_root(say)
     watch = list(opts.devices) or devices_of_paths([os.fsencode(a) for a in argv] + [executable])
     prev_files, prev_ranges = _previous_for_evict(conn, name) if opts.cold == "evict" else ([], [])
-    cold = coldcache.make_cold(opts.cold, prev_files, prev_ranges, say)
-    started_at = time.time()
+    # the cache is made cold (sync, drop: waits on the kernel) while tracing is set up (the
+    # same); the set-up reads nothing from a block device. Tracing starts after both.
+    cold_making = AtOnce([lambda: coldcache.make_cold(opts.cold, prev_files, prev_ranges, say)])
     # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
     # event-fork adds CMD (forked by this thread) and everything CMD forks
     with _SignalsAsInterrupt(), LaunchTrace(root, opts.backend, watch, threading.get_native_id(),
                                             opts.buffer_kb, say) as tracing:
+        [cold] = cold_making.wait()
+        started_at = time.time()
+        tracing.start()
         result: LaunchResult = launch(argv, opts.until, opts.timeout, cwd=opts.cwd, env=opts.env,
                                       devices=watch, passthrough=opts.passthrough, keep_running=tracing.check)
         trace = tracing.stop()
-    _refuse_bad_end(result, opts)
-    warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
+        _refuse_bad_end(result, opts)
+        # while the instances are being removed (tracing is off: the warm launch is not traced)
+        warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
     return store_recording(conn, name, argv, executable, opts, result, trace, cold, started_at, warm_cpu)
 
 
@@ -228,6 +251,7 @@ def record_running(db: Callable[[], ContextManager], name: str, pid: int, execut
         watch = list(opts.devices) or devices_of_paths([executable])
         with LaunchTrace(root, opts.backend, watch, pid, opts.buffer_kb, say) as tracing, \
                 selectors.DefaultSelector() as exit_seen:
+            tracing.start()
             ready()
             exit_seen.register(pidfd, selectors.EVENT_READ)
             deadline = time.monotonic() + opts.timeout
