@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..db import recordings as store
 from ..devices import block_name, sysfs_path
@@ -80,6 +80,8 @@ class Trace:
     backend: str
     uses_traced: bool
     opens: List[bytes] = field(default_factory=list)   # names opened while tracing (opens.OpenWatch)
+    openers: Dict[bytes, Set[int]] = field(default_factory=dict)   # name -> pids that opened it
+    opens_lost: bool = False                           # the open queue overflowed: names are missing
 
 
 class LaunchTrace:
@@ -127,7 +129,8 @@ class LaunchTrace:
         self.tasks.stop()
         trace = Trace(requests=self.backend.requests(), task_events=self.tasks.take(),
                       lost_events=self.backend.lost_events() + self.tasks.lost_events(),
-                      backend=self.backend.name, uses_traced=self.uses_traced, opens=self.opens.take())
+                      backend=self.backend.name, uses_traced=self.uses_traced, opens=self.opens.take(),
+                      openers=self.opens.openers, opens_lost=self.opens.overflow)
         self._removal = self._remove()
         return trace
 
@@ -208,26 +211,72 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
         raise WarmstartError("recording needs root (tracefs, drop_caches): run it with sudo")
     argv = [os.fsdecode(a) for a in argv]
     executable = resolve_command(argv, opts.cwd, opts.env)
+    for sync_all in (False, True):
+        got = _traced_launch(conn, name, argv, executable, opts, sync_all, say)
+        if isinstance(got, tuple):
+            return store_recording(conn, name, argv, executable, opts, *got)
+        say(f"the launch read from {', '.join(os.fsdecode(t) for t in got)}, whose dirty pages (another "
+            f"program's writes) were not all written before the cache drop; recording again after a full sync")
+    raise AssertionError("a recording after a full sync is never redone")
+
+
+def _traced_launch(conn, name: str, argv: List[str], executable: bytes, opts: RecordOptions, sync_all: bool,
+                   say: Callable[[str], None]):
+    """One traced launch: (LaunchResult, Trace, cold method, started_at, warm CPU), or the mount
+    points of the file systems it read from whose dirty pages were still being written at the
+    cache drop (coldcache.Writeback; never with sync_all: sync() writes all)."""
+    fss = FileSystems()
+    writeback = None if sync_all or opts.cold == "none" else coldcache.Writeback(fss)
+    needed = _expected_file_systems(fss, argv, executable, opts.cwd)
     root = clean_root(say)
     watch = list(opts.devices) or devices_of_paths([os.fsencode(a) for a in argv] + [executable])
     prev_files, prev_ranges = _previous_for_evict(conn, name) if opts.cold == "evict" else ([], [])
     # the cache is made cold (sync, drop: waits on the kernel) while tracing is set up (the
     # same); the set-up reads nothing from a block device. Tracing starts after both.
-    cold_making = AtOnce([lambda: coldcache.make_cold(opts.cold, prev_files, prev_ranges, say)])
+    cold_making = AtOnce([lambda: coldcache.make_cold(opts.cold, prev_files, prev_ranges, say, writeback, needed)])
     # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
     # event-fork adds CMD (forked by this thread) and everything CMD forks
     with _SignalsAsInterrupt(), LaunchTrace(root, opts.backend, watch, threading.get_native_id(),
                                             opts.buffer_kb, say) as tracing:
-        [cold] = cold_making.wait()
+        [(cold, written)] = cold_making.wait()
         started_at = time.time()
         tracing.start()
         result: LaunchResult = launch(argv, opts.until, opts.timeout, cwd=opts.cwd, env=opts.env,
                                       devices=watch, passthrough=opts.passthrough, keep_running=tracing.check)
         trace = tracing.stop()
         _refuse_bad_end(result, opts)
+        if written is not None:
+            unsynced = coldcache.unsynced(_devs_read(trace, result, fss), writeback.devs, written,
+                                          trace.opens_lost, fss)
+            if unsynced:
+                return unsynced
         # while the instances are being removed (tracing is off: the warm launch is not traced)
         warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
-    return store_recording(conn, name, argv, executable, opts, result, trace, cold, started_at, warm_cpu)
+    return result, trace, cold, started_at, warm_cpu
+
+
+def _expected_file_systems(fss: FileSystems, argv: Sequence[str], executable: bytes, cwd) -> List[int]:
+    """Devs of the file systems a launch is expected to read: the root's, its working
+    directory's, its executable's and those of the paths among its arguments."""
+    base = os.fsencode(cwd) if cwd else os.getcwd().encode()
+    out = []
+    for p in [b"/", base, executable] + [os.path.join(base, os.fsencode(a)) for a in argv]:
+        fs = fss.of_path(os.path.realpath(p)) if os.path.exists(p) else None
+        if fs is not None and fs.mount.dev not in out:
+            out.append(fs.mount.dev)
+    return out
+
+
+def _devs_read(trace: Trace, result: LaunchResult, fss: FileSystems) -> Set[int]:
+    """Page-cache devs of what the launch's tree read: its page-cache adds' and the files it
+    opened (whose pages may all have been cached: no add)."""
+    tree = build_tree(trace.task_events, result.pid, result.start_ns, result.end_ns)
+    devs = {a.dev for a in page_adds(trace.task_events, tree, result.start_ns, result.end_ns)}
+    for name, pids in trace.openers.items():
+        hit = fss.key_and_real(name) if pids & tree.tids else None
+        if hit is not None:
+            devs.add(hit[0][0])
+    return devs
 
 
 def record_running(db: Callable[[], ContextManager], name: str, pid: int, executable: bytes, argv: Sequence,
