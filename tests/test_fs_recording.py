@@ -308,9 +308,11 @@ def test_reading_the_open_queue_keeps_this_process_database_locks(tmp_path, need
     before = _my_locks(shm)
     assert before, "SQLite holds no lock on the -shm: nothing to check"
     with OpenWatch([mount_of_path(os.fsencode(db)).target]) as watch:
-        subprocess.run([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-                        "c.execute('SELECT count(*) FROM apps').fetchall()", str(db)], check=True)
+        opener = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                                   "c.execute('SELECT count(*) FROM apps').fetchall()", str(db)])
+        assert opener.wait() == 0
         names = watch.take()
     assert os.fsencode(shm) in names and os.fsencode(db) in names
+    assert opener.pid in watch.openers[os.fsencode(db)]     # who opened it (recorder.unsynced reads)
     assert _my_locks(shm) == before
     conn.close()

@@ -544,3 +544,93 @@ def test_record_running_stores_nothing_when_the_process_does_not_exit(tmp_path, 
         record_running(lambda: pytest.fail("opened the database"), "never", p.pid, b"/bin/sleep",
                        ["sleep", "30"], RecordOptions(), cold="none", ready=lambda: None,
                        stopping=threading.Event(), say=lambda m: None)
+
+
+# ---- what record spends beyond the launch (docs/recording.md, "Time beyond the launch") ----------
+
+def test_tracing_is_set_up_while_the_cache_is_made_cold_and_removed_during_the_warm_run(
+        tmp_path, needs_tracefs, monkeypatch):
+    """The kernel's waits of a recording overlap: the instances are created while the cache is
+    dropped, and removed while the warm run goes on. Each step is slowed by 0.3 s here so the
+    overlap is certain; one after the other (as before) neither overlap happens."""
+    from warmstart.recorder import coldcache, recorder
+    from warmstart.recorder.tracefs import Instance
+    spans = {"drop": [], "enter": [], "close": [], "launch": []}
+
+    def timed(kind, real, pause):
+        def run(*a, **kw):
+            t = time.monotonic()
+            time.sleep(pause)
+            try:
+                return real(*a, **kw)
+            finally:
+                spans[kind].append((t, time.monotonic()))
+        return run
+    monkeypatch.setattr(coldcache, "_drop", timed("drop", coldcache._drop, 0.3))
+    monkeypatch.setattr(Instance, "__enter__", timed("enter", Instance.__enter__, 0.3))
+    monkeypatch.setattr(Instance, "close", timed("close", Instance.close, 0.3))
+    monkeypatch.setattr(recorder, "launch", timed("launch", recorder.launch, 0))
+    conn, rid = rec(tmp_path / "w.db", "overlap", ["sh", "-c", "sleep 0.2"], cold="drop_caches")
+    assert store.get_recording(conn, rid)["warm_cpu_s"] is not None
+    [(d0, d1)] = spans["drop"]
+    assert any(e0 < d1 and d0 < e1 for e0, e1 in spans["enter"]), f"set-up {spans['enter']} after drop {d0, d1}"
+    warm_start = spans["launch"][1][0]
+    assert max(c1 for _, c1 in spans["close"]) > warm_start, "the instances were removed before the warm run"
+    assert not [n for n in list_our_instances() if n.startswith(f"warmstart-rec-{os.getpid()}-")]
+
+
+def _dirty_kib() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Dirty:"))
+
+
+def _dirty_file(path: Path, size: int) -> Path:
+    with open(path, "wb") as f:
+        for _ in range(size // MiB):
+            f.write(os.urandom(MiB))   # no fsync: dirty in the page cache
+    return path
+
+
+def test_another_disks_dirty_pages_are_not_waited_for_unless_the_launch_reads_them(
+        emu_hdd, tmp_path, needs_tracefs, monkeypatch):
+    """Dirty pages on a disk the launch does not read (another program's writes) are not waited
+    for: the cache is dropped while they are still being written (a global sync() took their
+    whole write-back, ~1 s per 128 MiB on the emulated HDD). A launch that reads from such a disk
+    anyway (a path the recorder could not foresee, inside `sh -c`) is recorded again after a full
+    sync, and then its file's pages are all read from the disk."""
+    from warmstart.recorder import coldcache
+    at_drop = []
+    real_drop = coldcache._drop
+    monkeypatch.setattr(coldcache, "_drop", lambda: (at_drop.append(_dirty_kib()), real_drop()))
+    where = Path(tempfile.mkdtemp(prefix="rec-dirty-", dir=emu_hdd.mountpoint))
+    db, said = tmp_path / "w.db", []
+    conn = open_db(db)
+    opts = RecordOptions(passthrough=False, warm_run=False)
+    _dirty_file(where / "other", 128 * MiB)
+    record_once(conn, "elsewhere", ["cat", "/etc/hostname"], opts, say=said.append)
+    assert at_drop[0] >= 32 * 1024, f"only {at_drop[0]} KiB dirty at the drop: the recorder waited for the other disk"
+    assert not [m for m in said if "recording again" in m], said
+
+    data = _dirty_file(where / "read", 128 * MiB)
+    rid = record_once(conn, "reads-it", ["sh", "-c", f"cat {data} >/dev/null"], opts, say=said.append)
+    st = os.stat(data)
+    adds = [a for a in store.load_page_cache_adds(conn, rid) if (a.dev, a.ino) == (st.st_dev, st.st_ino)]
+    assert sum(a.nr_pages for a in adds) == st.st_size // 4096, "the launch found pages of its file cached"
+    assert [m for m in said if "recording again after a full sync" in m and emu_hdd.mountpoint.as_posix() in m], said
+    assert len(store.list_recordings(conn)) == 2     # the attempt that was redone is not stored
+
+
+def test_unsynced_names_the_file_systems_read_whose_sync_was_not_done():
+    from warmstart.recorder.coldcache import unsynced
+
+    class Fs:
+        def __init__(self, target):
+            self.mount = type("M", (), {"target": target})
+
+    class Table:
+        def of_dev(self, dev):
+            return Fs(b"/fs%d" % dev)
+    devs, written = {1, 2, 3}, {1}
+    assert unsynced({1, 9}, devs, written, False, Table()) == []         # 9 writes nothing back (tmpfs)
+    assert unsynced({1, 3, 9}, devs, written, False, Table()) == [b"/fs3"]
+    assert unsynced({1}, devs, written, True, Table()) == [b"/fs2", b"/fs3"]   # names lost: any may have been read
