@@ -596,8 +596,8 @@ def test_another_disks_dirty_pages_are_not_waited_for_unless_the_launch_reads_th
     """Dirty pages on a disk the launch does not read (another program's writes) are not waited
     for: the cache is dropped while they are still being written (a global sync() took their
     whole write-back, ~1 s per 128 MiB on the emulated HDD). A launch that reads from such a disk
-    anyway (a path the recorder could not foresee, inside `sh -c`) is recorded again after a full
-    sync, and then its file's pages are all read from the disk."""
+    anyway (a path the recorder could not foresee: in its environment, not its arguments) is
+    recorded again after a full sync, and then its file's pages are all read from the disk."""
     from warmstart.recorder import coldcache
     at_drop = []
     real_drop = coldcache._drop
@@ -612,12 +612,31 @@ def test_another_disks_dirty_pages_are_not_waited_for_unless_the_launch_reads_th
     assert not [m for m in said if "recording again" in m], said
 
     data = _dirty_file(where / "read", 128 * MiB)
-    rid = record_once(conn, "reads-it", ["sh", "-c", f"cat {data} >/dev/null"], opts, say=said.append)
+    opts.env = dict(os.environ, WS_DIRTY_FILE=str(data))   # a path in no argument: not foreseen
+    rid = record_once(conn, "reads-it", ["sh", "-c", 'cat "$WS_DIRTY_FILE" >/dev/null'], opts, say=said.append)
     st = os.stat(data)
     adds = [a for a in store.load_page_cache_adds(conn, rid) if (a.dev, a.ino) == (st.st_dev, st.st_ino)]
     assert sum(a.nr_pages for a in adds) == st.st_size // 4096, "the launch found pages of its file cached"
     assert [m for m in said if "recording again after a full sync" in m and emu_hdd.mountpoint.as_posix() in m], said
     assert len(store.list_recordings(conn)) == 2     # the attempt that was redone is not stored
+    assert set(store.latest_file_devs(conn, "reads-it")) == {f.dev for f in store.load_recording_files(conn, rid)}
+
+
+def test_file_systems_a_launch_is_expected_to_read(emu_hdd):
+    """Whose syncs a recording waits for: the root's, and a file system named by a path in an
+    argument (also inside one), by --device, or by the app's latest recording."""
+    from warmstart.fs import FileSystems
+    from warmstart.recorder.recorder import _expected_file_systems
+    fss = FileSystems()
+    root, emu = fss.of_path(b"/").mount.dev, os.stat(emu_hdd.mountpoint).st_dev
+
+    def expected(argv, previous=(), **kw):
+        return _expected_file_systems(fss, argv, b"/bin/true", RecordOptions(**kw), previous)
+    assert expected(["true"]) == {root}
+    assert expected(["synth", f"read:{emu_hdd.mountpoint}:0:4096"]) == {root, emu}
+    assert expected(["sh", "-c", f"ls {emu_hdd.mountpoint} >/dev/null"]) == {root, emu}
+    assert expected(["true"], devices=[emu_hdd.dev]) == {root, emu}
+    assert expected(["true"], previous=[emu]) == {root, emu}
 
 
 def test_unsynced_names_the_file_systems_read_whose_sync_was_not_done():

@@ -13,13 +13,15 @@ Dirty pages are neither dropped nor evicted, so they are written first. A global
 every file system's dirty pages, also those another program is writing to a slow disk the launch
 never reads (seconds, on a shared machine with emulated disks). The recorder instead starts a
 syncfs of each file system at once (Writeback) and waits only for those the launch is expected to
-read (its command's, its working directory's, the root's); the others count as written if their
+read (the root's, its working directory's, its executable's, those of the paths in its arguments
+and of its --device, those its latest recording read files from); the others count as written if their
 sync is done at the drop (a file system with nothing dirty: at once). What the launch then read
 from one still being written is checked after the launch (unsynced) and recorded
 again after a full sync.
 """
 
 import os
+import shutil
 import subprocess
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -36,9 +38,10 @@ NO_WRITEBACK = frozenset({"tmpfs", "devtmpfs", "ramfs", "proc", "sysfs", "cgroup
 class Writeback:
     """A syncfs of every file system that writes back, each by a `sync -f` process of its own,
     all started now. Processes, not threads: a thread still in syncfs keeps this process from
-    exiting, and the sync of a disk another program is filling may outlast the recording."""
+    exiting, and the sync of a disk another program is filling may outlast the recording.
+    start() gives None where there is no `sync` program (coreutils): sync() then."""
 
-    def __init__(self, fss: FileSystems):
+    def __init__(self, fss: FileSystems, program: str):
         self.devs = set()
         self._procs: Dict[int, subprocess.Popen] = {}
         for dev, fs in fss.items():
@@ -49,10 +52,15 @@ class Writeback:
             if top is None or top.mount.dev != dev:
                 continue     # its mount point is hidden by another mount: never counted as written
             try:
-                self._procs[dev] = subprocess.Popen(["sync", "-f", fs.mount.target], stdin=subprocess.DEVNULL,
+                self._procs[dev] = subprocess.Popen([program, "-f", fs.mount.target], stdin=subprocess.DEVNULL,
                                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             except OSError:
-                continue     # no `sync` program: never counted as written
+                continue     # never counted as written
+
+    @classmethod
+    def start(cls, fss: FileSystems) -> "Optional[Writeback]":
+        program = shutil.which("sync", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin", "/bin"]))
+        return None if program is None else cls(fss, program)
 
     def wait(self, needed: Iterable[int]) -> Set[int]:
         """Wait for the syncs of the file systems `needed` (devs); returns the devs of those

@@ -11,6 +11,7 @@ store_recording.
 """
 
 import os
+import re
 import resource
 import selectors
 import signal
@@ -226,8 +227,9 @@ def _traced_launch(conn, name: str, argv: List[str], executable: bytes, opts: Re
     points of the file systems it read from whose dirty pages were still being written at the
     cache drop (coldcache.Writeback; never with sync_all: sync() writes all)."""
     fss = FileSystems()
-    writeback = None if sync_all or opts.cold == "none" else coldcache.Writeback(fss)
-    needed = _expected_file_systems(fss, argv, executable, opts.cwd)
+    writeback = None if sync_all or opts.cold == "none" else coldcache.Writeback.start(fss)
+    needed = _expected_file_systems(fss, argv, executable, opts, store.latest_file_devs(conn, name)) \
+        if writeback is not None else ()
     root = clean_root(say)
     watch = list(opts.devices) or devices_of_paths([os.fsencode(a) for a in argv] + [executable])
     prev_files, prev_ranges = _previous_for_evict(conn, name) if opts.cold == "evict" else ([], [])
@@ -255,15 +257,19 @@ def _traced_launch(conn, name: str, argv: List[str], executable: bytes, opts: Re
     return result, trace, cold, started_at, warm_cpu
 
 
-def _expected_file_systems(fss: FileSystems, argv: Sequence[str], executable: bytes, cwd) -> List[int]:
+def _expected_file_systems(fss: FileSystems, argv: Sequence[str], executable: bytes, opts: RecordOptions,
+                           previous: Sequence[int]) -> Set[int]:
     """Devs of the file systems a launch is expected to read: the root's, its working
-    directory's, its executable's and those of the paths among its arguments."""
-    base = os.fsencode(cwd) if cwd else os.getcwd().encode()
-    out = []
-    for p in [b"/", base, executable] + [os.path.join(base, os.fsencode(a)) for a in argv]:
-        fs = fss.of_path(os.path.realpath(p)) if os.path.exists(p) else None
-        if fs is not None and fs.mount.dev not in out:
-            out.append(fs.mount.dev)
+    directory's, its executable's, those of the paths in its arguments (also inside one:
+    `read:/x:0`, `--in=/x`, `sh -c 'cat /x'`), those on its --device, and `previous` (the page-
+    cache devs of its latest recording's files)."""
+    base = os.fsencode(opts.cwd) if opts.cwd else os.getcwd().encode()
+    paths = [b"/", base, executable]
+    for a in map(os.fsencode, argv):
+        paths += [os.path.join(base, a)] + re.findall(rb"/[^\s:=,;'\"]*", a)
+    out = {fs.mount.dev for fs in (fss.of_path(os.path.realpath(p)) for p in paths if os.path.exists(p))
+           if fs is not None}
+    out |= {d for d, fs in fss.items() if d in previous or opts.devices and set(opts.devices) & set(fs.devices())}
     return out
 
 
