@@ -27,10 +27,16 @@ FAN_OPEN = 0x20
 FAN_OPEN_EXEC = 0x1000
 AT_FDCWD = -100
 # Reads the queue (fd argv[1]) in a process of its own (see take): "PID:NAME" of each open (the
-# opener's pid, the file's name), NUL-ended; an empty record where the queue overflowed.
+# opener's pid, the file's name), NUL-ended; an empty record where the queue overflowed; "END" once
+# all are written. Then it closes stdout, and only then the events' fds: closing a file can start
+# its write-back and wait for a busy disk (ext4 does so for a file truncated and rewritten, as
+# another program's `dd of=FILE` leaves it), which nobody should wait for.
 READER = r"""
-import os, struct, sys
+import os, resource, struct, sys
 fd, meta, out = int(sys.argv[1]), struct.Struct("=IBBHQii"), sys.stdout.buffer   # fanotify_event_metadata
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
 while True:
     try:
         buf = os.read(fd, 65536)
@@ -50,8 +56,16 @@ while True:
             out.write(b"%d:" % pid + os.readlink(b"/proc/self/fd/%d" % efd) + b"\0")
         except OSError:
             pass
-        finally:
-            os.close(efd)
+        held.append(efd)
+        if len(held) > hard - 256:         # no fd left for the next events: close them now
+            for f in held:
+                os.close(f)
+            held = []
+out.write(b"END\0")
+out.flush()
+os.close(1)
+for f in held:
+    os.close(f)
 """
 
 
@@ -66,6 +80,7 @@ class OpenWatch:
         self.unmarked: List[bytes] = []
         self.overflow = False
         self.openers: Dict[bytes, Set[int]] = {}   # name -> pids that opened it (after take)
+        self._reader: Optional[subprocess.Popen] = None
 
     def __enter__(self) -> "OpenWatch":
         libc = ctypes.CDLL(None, use_errno=True)
@@ -95,13 +110,18 @@ class OpenWatch:
         if self.fd is None:
             return []
         try:
-            r = subprocess.run([sys.executable, "-I", "-S", "-c", READER, str(self.fd)], pass_fds=(self.fd,),
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=120)
-        except (OSError, subprocess.SubprocessError):
+            reader = subprocess.Popen([sys.executable, "-I", "-S", "-c", READER, str(self.fd)], pass_fds=(self.fd,),
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except OSError:
             self.overflow = True     # names lost: the walk finds what they would have named
             return []
+        with reader.stdout:
+            records = reader.stdout.read().split(b"\0")[:-1]   # up to END; its closes are not waited for
+        self._reader = reader
+        complete = records[-1:] == [b"END"]
+        self.overflow = not complete
         out = []
-        for record in r.stdout.split(b"\0")[:-1]:
+        for record in records[:-1] if complete else records:
             pid, _, path = record.partition(b":")
             if not record:
                 self.overflow = True
@@ -110,11 +130,12 @@ class OpenWatch:
                     self.openers[path] = set()
                     out.append(path)
                 self.openers[path].add(int(pid))
-        if r.returncode != 0:
-            self.overflow = True
         return out
 
     def __exit__(self, *exc):
+        if self._reader is not None:
+            self._reader.poll()      # reaped if done; else by subprocess later
+            self._reader = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
