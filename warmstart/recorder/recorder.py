@@ -227,20 +227,22 @@ def _traced_launch(conn, name: str, argv: List[str], executable: bytes, opts: Re
     points of the file systems it read from whose dirty pages were still being written at the
     cache drop (coldcache.Writeback; never with sync_all: sync() writes all)."""
     fss = FileSystems()
-    writeback = None if sync_all or opts.cold == "none" else coldcache.Writeback.start(fss)
-    needed = _expected_file_systems(fss, argv, executable, opts, store.latest_file_devs(conn, name)) \
-        if writeback is not None else ()
+    needed = _expected_file_systems(fss, argv, executable, opts, store.latest_file_devs(conn, name))
     root = clean_root(say)
     watch = list(opts.devices) or devices_of_paths([os.fsencode(a) for a in argv] + [executable])
     prev_files, prev_ranges = _previous_for_evict(conn, name) if opts.cold == "evict" else ([], [])
+
+    def make_cold():
+        writeback = None if sync_all or opts.cold == "none" else coldcache.Writeback.start(fss)
+        return writeback, coldcache.make_cold(opts.cold, prev_files, prev_ranges, say, writeback, needed)
     # the cache is made cold (sync, drop: waits on the kernel) while tracing is set up (the
     # same); the set-up reads nothing from a block device. Tracing starts after both.
-    cold_making = AtOnce([lambda: coldcache.make_cold(opts.cold, prev_files, prev_ranges, say, writeback, needed)])
+    cold_making = AtOnce([make_cold])
     # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
     # event-fork adds CMD (forked by this thread) and everything CMD forks
     with _SignalsAsInterrupt(), LaunchTrace(root, opts.backend, watch, threading.get_native_id(),
                                             opts.buffer_kb, say) as tracing:
-        [(cold, written)] = cold_making.wait()
+        [(writeback, (cold, written))] = cold_making.wait()
         started_at = time.time()
         tracing.start()
         result: LaunchResult = launch(argv, opts.until, opts.timeout, cwd=opts.cwd, env=opts.env,
