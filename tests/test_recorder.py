@@ -653,3 +653,43 @@ def test_unsynced_names_the_file_systems_read_whose_sync_was_not_done():
     assert unsynced({1, 9}, devs, written, False, Table()) == []         # 9 writes nothing back (tmpfs)
     assert unsynced({1, 3, 9}, devs, written, False, Table()) == [b"/fs3"]
     assert unsynced({1}, devs, written, True, Table()) == [b"/fs2", b"/fs3"]   # names lost: any may have been read
+
+
+def test_record_overhead_on_the_emulated_disk_while_another_disk_is_written(emu_system, emu_hdd, tmp_path,
+                                                                             needs_tracefs):
+    """Issue 24's target: `record` of a short app costs <= 1 s beyond its launch (wall minus
+    launch time, median of 5), here on the emulated HDD while another program writes 128 MiB
+    files over and over to another emulated disk (as other tests and benches on this machine do).
+    Measured: 0.49-0.54 s; before, 1.2-1.9 s (a global sync waited for the other disk, and the
+    open queue's reader for that program's file). Prints the figures (pytest -s)."""
+    import statistics
+    stop, big = threading.Event(), emu_hdd.mountpoint / f"rec-busy-{os.getpid()}.bin"
+
+    def write_over_and_over():
+        while not stop.is_set():
+            with open(big, "wb") as f:          # truncated and rewritten, as `dd of=` does
+                for _ in range(128):
+                    f.write(bytes(MiB))
+            stop.wait(0.2)
+    writer = threading.Thread(target=write_over_and_over, daemon=True)
+    writer.start()
+    argv = emu_system.chroot_argv(["/bin/sleep", "0.1"])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    runs = []
+    try:
+        time.sleep(1.0)
+        for i in range(5):
+            db = tmp_path / f"o{i}.db"
+            t = time.monotonic()
+            r = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), "record", "--json", "--name", "s",
+                                "--", *argv], env=env, capture_output=True, timeout=120)
+            wall = time.monotonic() - t
+            assert r.returncode == 0, r.stderr
+            runs.append(wall - json.loads(r.stdout)["recordings"][0]["launch_time_s"])
+    finally:
+        stop.set()
+        writer.join()
+        big.unlink()
+    print(f"record overhead (wall - launch), another disk written: median {statistics.median(runs):.3f} s, "
+          f"runs {' '.join(f'{x:.3f}' for x in runs)}")
+    assert statistics.median(runs) <= 1.0, runs
