@@ -1,6 +1,6 @@
 """Make the next launch cold: drop the page cache, or evict only what the app used before.
 
-drop_caches (default): sync, then `echo 3 > /proc/sys/vm/drop_caches`: the whole machine's
+drop_caches (default): dirty pages written, then `echo 3 > /proc/sys/vm/drop_caches`: the machine's
   clean page cache, dentries and inodes go; every other program's next reads are cold too.
 evict: posix_fadvise(POSIX_FADV_DONTNEED) on the files of the app's previous recording, and on
   the byte ranges of the block devices its metadata requests read (the buffer cache). Dentries
@@ -13,11 +13,11 @@ Dirty pages are neither dropped nor evicted, so they are written first. A global
 every file system's dirty pages, also those another program is writing to a slow disk the launch
 never reads (seconds, on a shared machine with emulated disks). The recorder instead starts a
 syncfs of each file system at once (Writeback) and waits only for those the launch is expected to
-read (the root's, its working directory's, its executable's, those of the paths in its arguments
-and of its --device, those its latest recording read files from); the others count as written if their
-sync is done at the drop (a file system with nothing dirty: at once). What the launch then read
-from one still being written is checked after the launch (unsynced) and recorded
-again after a full sync.
+read (the root's, its working directory's, its executable's, those of the paths in its
+arguments and of its --device, those its latest recording read files from); the others count as
+written if their sync is done at the drop (a file system with nothing dirty: at once). A launch
+that read from one still being written is found after the launch (unsynced) and recorded again
+after a full sync.
 """
 
 import os

@@ -1,8 +1,9 @@
 """Record one cold launch: make the cache cold, trace, run CMD to its launch end, store it.
 
-Order matters: the cache is made cold before tracing starts; tracing starts before CMD is
-forked; tracing stops and its instances are removed before anything is resolved or written, so
-the recorder writes nothing to the traced devices while tracing. The recording is stored in one
+Order matters: the cache is made cold (while tracing is set up: both wait on the kernel) before
+tracing starts; tracing starts before CMD is forked; tracing stops and its instances are removed
+(in the background, during the warm run) before anything is resolved or written, so the
+recorder writes nothing to the traced devices while tracing. The recording is stored in one
 transaction at the very end, so any failure (or Ctrl-C) leaves nothing half-stored.
 
 record_once records a launch it starts; record_running one already started (the hook learner's,
