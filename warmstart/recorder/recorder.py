@@ -266,7 +266,7 @@ def _expected_file_systems(fss: FileSystems, argv: Sequence[str], executable: by
     directory's, its executable's, those of the paths in its arguments (also inside one:
     `read:/x:0`, `--in=/x`, `sh -c 'cat /x'`), those on its --device, and `previous` (the page-
     cache devs of its latest recording's files)."""
-    base = os.fsencode(opts.cwd) if opts.cwd else os.getcwd().encode()
+    base = os.fsencode(opts.cwd) if opts.cwd else os.getcwdb()
     paths = [b"/", base, executable]
     for a in map(os.fsencode, argv):
         paths += [os.path.join(base, a)] + re.findall(rb"/[^\s:=,;'\"]*", a)
