@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -308,9 +309,30 @@ def test_reading_the_open_queue_keeps_this_process_database_locks(tmp_path, need
     before = _my_locks(shm)
     assert before, "SQLite holds no lock on the -shm: nothing to check"
     with OpenWatch([mount_of_path(os.fsencode(db)).target]) as watch:
-        subprocess.run([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-                        "c.execute('SELECT count(*) FROM apps').fetchall()", str(db)], check=True)
+        opener = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                                   "c.execute('SELECT count(*) FROM apps').fetchall()", str(db)])
+        assert opener.wait() == 0
         names = watch.take()
     assert os.fsencode(shm) in names and os.fsencode(db) in names
+    assert opener.pid in watch.openers[os.fsencode(db)]     # who opened it (recorder.unsynced reads)
     assert _my_locks(shm) == before
     conn.close()
+
+
+def test_the_open_queue_is_taken_without_waiting_for_the_readers_closes(tmp_path, monkeypatch, needs_tracefs):
+    """The reader lists the names, closes its output, and only then closes the events' fds:
+    closing another program's truncated-and-rewritten ext4 file starts its write-back and may
+    wait for a busy disk (0.6 s seen with a `dd` writing 128 MiB to another emulated disk).
+    Here its closes are made to take 3 s: take() does not wait for them."""
+    from warmstart.recorder import opens
+    from warmstart.mountinfo import mount_of_path
+    monkeypatch.setattr(opens, "READER", opens.READER + "\nimport time; time.sleep(3)\n")
+    target = tmp_path / "opened"
+    target.write_bytes(b"x")
+    with opens.OpenWatch([mount_of_path(os.fsencode(target)).target]) as watch:
+        subprocess.run(["cat", str(target)], check=True, stdout=subprocess.DEVNULL)
+        t = time.monotonic()
+        names = watch.take()
+        took = time.monotonic() - t
+    assert os.fsencode(target) in names and not watch.overflow
+    assert took < 2.0, f"take() waited {took:.1f} s for the reader's closes"

@@ -15,6 +15,7 @@ import json
 import mmap
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -544,3 +545,161 @@ def test_record_running_stores_nothing_when_the_process_does_not_exit(tmp_path, 
         record_running(lambda: pytest.fail("opened the database"), "never", p.pid, b"/bin/sleep",
                        ["sleep", "30"], RecordOptions(), cold="none", ready=lambda: None,
                        stopping=threading.Event(), say=lambda m: None)
+
+
+# ---- what record spends beyond the launch (docs/recording.md, "Time beyond the launch") ----------
+
+def test_tracing_is_set_up_while_the_cache_is_made_cold_and_removed_during_the_warm_run(
+        tmp_path, needs_tracefs, monkeypatch):
+    """The kernel's waits of a recording overlap: the instances are created while the cache is
+    dropped, and removed while the warm run goes on. Each step is slowed by 0.3 s here so the
+    overlap is certain; one after the other (as before) neither overlap happens."""
+    from warmstart.recorder import coldcache, recorder
+    from warmstart.recorder.tracefs import Instance
+    spans = {"drop": [], "enter": [], "close": [], "launch": []}
+
+    def timed(kind, real, pause):
+        def run(*a, **kw):
+            t = time.monotonic()
+            time.sleep(pause)
+            try:
+                return real(*a, **kw)
+            finally:
+                spans[kind].append((t, time.monotonic()))
+        return run
+    monkeypatch.setattr(coldcache, "_drop", timed("drop", coldcache._drop, 0.3))
+    monkeypatch.setattr(Instance, "__enter__", timed("enter", Instance.__enter__, 0.3))
+    monkeypatch.setattr(Instance, "close", timed("close", Instance.close, 0.3))
+    monkeypatch.setattr(recorder, "launch", timed("launch", recorder.launch, 0))
+    conn, rid = rec(tmp_path / "w.db", "overlap", ["sh", "-c", "sleep 0.2"], cold="drop_caches")
+    assert store.get_recording(conn, rid)["warm_cpu_s"] is not None
+    [(d0, d1)] = spans["drop"]
+    assert any(e0 < d1 and d0 < e1 for e0, e1 in spans["enter"]), f"set-up {spans['enter']} after drop {d0, d1}"
+    warm_start = spans["launch"][1][0]
+    assert max(c1 for _, c1 in spans["close"]) > warm_start, "the instances were removed before the warm run"
+    assert not [n for n in list_our_instances() if n.startswith(f"warmstart-rec-{os.getpid()}-")]
+
+
+def _dirty_kib() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Dirty:"))
+
+
+def _dirty_file(path: Path, size: int) -> Path:
+    with open(path, "wb") as f:
+        for _ in range(size // MiB):
+            f.write(os.urandom(MiB))   # no fsync: dirty in the page cache
+    return path
+
+
+def test_another_disks_dirty_pages_are_not_waited_for_unless_the_launch_reads_them(
+        emu_hdd, tmp_path, needs_tracefs, monkeypatch):
+    """Dirty pages on a disk the launch does not read (another program's writes) are not waited
+    for: the cache is dropped while they are still being written (a global sync() took their
+    whole write-back, ~1 s per 128 MiB on the emulated HDD). A launch that reads from such a disk
+    anyway (a path the recorder could not foresee: in its environment, not its arguments) is
+    recorded again after a full sync, and then its file's pages are all read from the disk."""
+    from warmstart.recorder import coldcache
+    at_drop = []
+    real_drop = coldcache._drop
+    monkeypatch.setattr(coldcache, "_drop", lambda: (at_drop.append(_dirty_kib()), real_drop()))
+    where = Path(tempfile.mkdtemp(prefix="rec-dirty-", dir=emu_hdd.mountpoint))
+    db, said = tmp_path / "w.db", []
+    conn = open_db(db)
+    opts = RecordOptions(passthrough=False, warm_run=False)
+    try:
+        _dirty_file(where / "other", 128 * MiB)
+        record_once(conn, "elsewhere", ["cat", "/etc/hostname"], opts, say=said.append)
+        assert at_drop[0] >= 32 * 1024, f"only {at_drop[0]} KiB dirty at the drop: the recorder waited for the other disk"
+        assert not [m for m in said if "recording again" in m], said
+
+        data = _dirty_file(where / "read", 128 * MiB)
+        opts.env = dict(os.environ, WS_DIRTY_FILE=str(data))   # a path in no argument: not foreseen
+        rid = record_once(conn, "reads-it", ["sh", "-c", 'cat "$WS_DIRTY_FILE" >/dev/null'], opts, say=said.append)
+        st = os.stat(data)
+    finally:
+        shutil.rmtree(where)     # the shared disk has 512 MiB
+    adds = [a for a in store.load_page_cache_adds(conn, rid) if (a.dev, a.ino) == (st.st_dev, st.st_ino)]
+    assert sum(a.nr_pages for a in adds) == st.st_size // 4096, "the launch found pages of its file cached"
+    assert [m for m in said if "recording again after a full sync" in m and emu_hdd.mountpoint.as_posix() in m], said
+    assert len(store.list_recordings(conn)) == 2     # the attempt that was redone is not stored
+    assert set(store.latest_file_devs(conn, "reads-it")) == {f.dev for f in store.load_recording_files(conn, rid)}
+
+
+def test_file_systems_a_launch_is_expected_to_read(emu_hdd):
+    """Whose syncs a recording waits for: the root's, and a file system named by a path in an
+    argument (also inside one), by --device, or by the app's latest recording."""
+    from warmstart.fs import FileSystems
+    from warmstart.recorder.recorder import _expected_file_systems
+    fss = FileSystems()
+    root, emu = fss.of_path(b"/").mount.dev, os.stat(emu_hdd.mountpoint).st_dev
+
+    def expected(argv, previous=(), **kw):
+        return _expected_file_systems(fss, argv, b"/bin/true", RecordOptions(**kw), previous)
+    assert expected(["true"]) == {root}
+    assert expected(["synth", f"read:{emu_hdd.mountpoint}:0:4096"]) == {root, emu}
+    assert expected(["sh", "-c", f"ls {emu_hdd.mountpoint}; true"]) == {root, emu}
+    assert expected(["true"], devices=[emu_hdd.dev]) == {root, emu}
+    assert expected(["true"], previous=[emu]) == {root, emu}
+
+
+def test_unsynced_names_the_file_systems_read_whose_sync_was_not_done():
+    from warmstart.recorder.coldcache import unsynced
+
+    class Fs:
+        def __init__(self, target):
+            self.mount = type("M", (), {"target": target})
+
+    class Table:
+        def of_dev(self, dev):
+            return Fs(b"/fs%d" % dev)
+    devs, written = {1, 2, 3}, {1}
+    assert unsynced({1, 9}, devs, written, False, Table()) == []         # 9 writes nothing back (tmpfs)
+    assert unsynced({1, 3, 9}, devs, written, False, Table()) == [b"/fs3"]
+    assert unsynced({1}, devs, written, True, Table()) == [b"/fs2", b"/fs3"]   # names lost: any may have been read
+
+
+def test_record_overhead_on_the_emulated_disk_while_another_disk_is_written(emu_system, emu_hdd, tmp_path,
+                                                                             needs_tracefs):
+    """Issue 24's target: `record` of a short app costs <= 1 s beyond its launch (wall minus
+    launch time, median of 5), here on the emulated HDD while another program writes 256 MiB
+    files over and over to another emulated disk (as other tests and benches on this machine do).
+    Measured: 0.61-0.66 s (median 0.66); before this was fixed 1.96-2.43 s (median 2.03: a global
+    sync waited for the other disk's write-back). Prints the figures (pytest -s)."""
+    import statistics
+    stop, big = threading.Event(), emu_hdd.mountpoint / f"rec-busy-{os.getpid()}.bin"
+    written, failed = [], []
+
+    def write_over_and_over():
+        try:
+            while not stop.is_set():
+                with open(big, "wb") as f:          # truncated and rewritten, as `dd of=` does
+                    for _ in range(256):
+                        f.write(bytes(MiB))
+                written.append(time.monotonic())
+                stop.wait(0.1)
+        except OSError as e:
+            failed.append(e)
+    writer = threading.Thread(target=write_over_and_over, daemon=True)
+    writer.start()
+    argv = emu_system.chroot_argv(["/bin/sleep", "0.1"])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    runs = []
+    try:
+        time.sleep(1.0)
+        for i in range(5):
+            db = tmp_path / f"o{i}.db"
+            t = time.monotonic()
+            r = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), "record", "--json", "--name", "s",
+                                "--", *argv], env=env, capture_output=True, timeout=120)
+            wall = time.monotonic() - t
+            assert r.returncode == 0, r.stderr
+            runs.append(wall - json.loads(r.stdout)["recordings"][0]["launch_time_s"])
+    finally:
+        stop.set()
+        writer.join()
+        big.unlink()
+    assert not failed and written, f"the other disk was not kept busy: {failed}, {len(written)} files written"
+    print(f"record overhead (wall - launch), another disk written: median {statistics.median(runs):.3f} s, "
+          f"runs {' '.join(f'{x:.3f}' for x in runs)} ({len(written)} files of 256 MiB written meanwhile)")
+    assert statistics.median(runs) <= 1.0, runs

@@ -282,6 +282,14 @@ def load_page_uses(conn: sqlite3.Connection, recording_id: int) -> List[UsedRun]
             for r in check_all("page_uses", rows)]
 
 
+def latest_file_devs(conn: sqlite3.Connection, app_name: str) -> List[int]:
+    """Page-cache devs of the files of app_name's latest recording (none if it has none)."""
+    rows = conn.execute("SELECT DISTINCT dev FROM recording_files WHERE recording_id ="
+                        " (SELECT max(r.id) FROM recordings r JOIN apps a ON a.id = r.app_id WHERE a.name = ?)",
+                        (app_name,))
+    return [r[0] for r in rows]
+
+
 def load_recording_files(conn: sqlite3.Connection, recording_id: int) -> List[FileInfo]:
     rows = conn.execute("SELECT * FROM recording_files WHERE recording_id = ? ORDER BY dev, ino", (recording_id,))
     return [FileInfo(dev=r["dev"], ino=r["ino"], path=bytes(r["path"]) if r["path"] is not None else None,

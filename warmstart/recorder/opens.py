@@ -14,7 +14,7 @@ import ctypes
 import os
 import subprocess
 import sys
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Set
 
 from ..errors import WarmstartError
 
@@ -26,11 +26,17 @@ FAN_MARK_FILESYSTEM = 0x100
 FAN_OPEN = 0x20
 FAN_OPEN_EXEC = 0x1000
 AT_FDCWD = -100
-# Reads the queue (fd argv[1]) in a process of its own (see take): each file's name, NUL-ended;
-# an empty name where the queue overflowed.
+# Reads the queue (fd argv[1]) in a process of its own (see take): "PID:NAME" of each open (the
+# opener's pid, the file's name), NUL-ended; an empty record where the queue overflowed; "END" once
+# all are written. Then it closes stdout, and only then the events' fds: closing a file can start
+# its write-back and wait for a busy disk (ext4 does so for a file truncated and rewritten, as
+# another program's `dd of=FILE` leaves it), which nobody should wait for.
 READER = r"""
-import os, struct, sys
+import os, resource, struct, sys
 fd, meta, out = int(sys.argv[1]), struct.Struct("=IBBHQii"), sys.stdout.buffer   # fanotify_event_metadata
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
 while True:
     try:
         buf = os.read(fd, 65536)
@@ -40,18 +46,26 @@ while True:
         break
     pos = 0
     while pos + meta.size <= len(buf):
-        event_len, _, _, _, mask, efd, _ = meta.unpack_from(buf, pos)
+        event_len, _, _, _, mask, efd, pid = meta.unpack_from(buf, pos)
         pos += max(event_len, meta.size)
         if mask & 0x4000:                  # FAN_Q_OVERFLOW
             out.write(b"\0")
         if efd < 0:
             continue
         try:
-            out.write(os.readlink(b"/proc/self/fd/%d" % efd) + b"\0")
+            out.write(b"%d:" % pid + os.readlink(b"/proc/self/fd/%d" % efd) + b"\0")
         except OSError:
             pass
-        finally:
-            os.close(efd)
+        held.append(efd)
+        if len(held) > hard - 256:         # no fd left for the next events: close them now
+            for f in held:
+                os.close(f)
+            held = []
+out.write(b"END\0")
+out.flush()
+os.close(1)
+for f in held:
+    os.close(f)
 """
 
 
@@ -65,6 +79,8 @@ class OpenWatch:
         self.fd: Optional[int] = None
         self.unmarked: List[bytes] = []
         self.overflow = False
+        self.openers: Dict[bytes, Set[int]] = {}   # name -> pids that opened it (after take)
+        self._reader: Optional[subprocess.Popen] = None
 
     def __enter__(self) -> "OpenWatch":
         libc = ctypes.CDLL(None, use_errno=True)
@@ -84,7 +100,8 @@ class OpenWatch:
         return self
 
     def take(self) -> List[bytes]:
-        """The paths opened since __enter__ (each once, in order of the first open). The queue is
+        """The paths opened since __enter__ (each once, in order of the first open; `openers` says
+        by which processes). The queue is
         read by a child process (READER): each event brings an open fd of its file, and closing
         an fd of a file drops every POSIX lock the closing process holds on it. Read here, the
         event of anyone's open of the warmstart database (this process's SQLite connection, the
@@ -93,23 +110,32 @@ class OpenWatch:
         if self.fd is None:
             return []
         try:
-            r = subprocess.run([sys.executable, "-I", "-S", "-c", READER, str(self.fd)], pass_fds=(self.fd,),
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=120)
-        except (OSError, subprocess.SubprocessError):
+            reader = subprocess.Popen([sys.executable, "-I", "-S", "-c", READER, str(self.fd)], pass_fds=(self.fd,),
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except OSError:
             self.overflow = True     # names lost: the walk finds what they would have named
             return []
-        seen, out = set(), []
-        for path in r.stdout.split(b"\0")[:-1]:
-            if not path:
+        with reader.stdout:
+            records = reader.stdout.read().split(b"\0")[:-1]   # up to END; its closes are not waited for
+        self._reader = reader
+        complete = records[-1:] == [b"END"]
+        self.overflow = not complete
+        out = []
+        for record in records[:-1] if complete else records:
+            pid, _, path = record.partition(b":")
+            if not record:
                 self.overflow = True
-            elif path.startswith(b"/") and not path.endswith(b" (deleted)") and path not in seen:
-                seen.add(path)
-                out.append(path)
-        if r.returncode != 0:
-            self.overflow = True
+            elif path.startswith(b"/") and not path.endswith(b" (deleted)"):
+                if path not in self.openers:
+                    self.openers[path] = set()
+                    out.append(path)
+                self.openers[path].add(int(pid))
         return out
 
     def __exit__(self, *exc):
+        if self._reader is not None:
+            self._reader.poll()      # reaped if done; else by subprocess later
+            self._reader = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None

@@ -1,8 +1,9 @@
 """Record one cold launch: make the cache cold, trace, run CMD to its launch end, store it.
 
-Order matters: the cache is made cold before tracing starts; tracing starts before CMD is
-forked; tracing stops and its instances are removed before anything is resolved or written, so
-the recorder writes nothing to the traced devices while tracing. The recording is stored in one
+Order matters: the cache is made cold (while tracing is set up: both wait on the kernel) before
+tracing starts; tracing starts before CMD is forked; tracing stops and its instances are removed
+(in the background, during the warm run) before anything is resolved or written, so the
+recorder writes nothing to the traced devices while tracing. The recording is stored in one
 transaction at the very end, so any failure (or Ctrl-C) leaves nothing half-stored.
 
 record_once records a launch it starts; record_running one already started (the hook learner's,
@@ -10,15 +11,15 @@ held at its exec by warmstartd). Both trace through LaunchTrace and store throug
 store_recording.
 """
 
-import contextlib
 import os
+import re
 import resource
 import selectors
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..db import recordings as store
 from ..devices import block_name, sysfs_path
@@ -36,6 +37,7 @@ from .opens import OpenWatch
 from .resolve import resolve_inodes
 from ..fs import FileSystems, fs_mount_points
 from .tasks import build_tree
+from .together import AtOnce
 from .tracefs import Instance, clean_root
 
 TASK_EVENTS = ("sched/sched_process_fork", "sched/sched_process_exec", "sched/sched_process_exit",
@@ -80,13 +82,18 @@ class Trace:
     backend: str
     uses_traced: bool
     opens: List[bytes] = field(default_factory=list)   # names opened while tracing (opens.OpenWatch)
+    openers: Dict[bytes, Set[int]] = field(default_factory=dict)   # name -> pids that opened it
+    opens_lost: bool = False                           # the open queue overflowed: names are missing
 
 
 class LaunchTrace:
-    """The tracing of one recorded launch: the block backend (every request on the system) and
-    the task instance (sched and filemap events of `seed` and everything it forks, event-fork).
-    `with LaunchTrace(...) as lt:` both run; lt.stop() gives the Trace; leaving the `with`
-    removes both, also on errors and Ctrl-C."""
+    """The tracing of one recorded launch: the block backend (every request on the system), the
+    task instance (sched and filemap events of `seed` and everything it forks, event-fork) and
+    the open watch. `with LaunchTrace(...) as lt:` sets all three up at once (each instance
+    allocates its ring buffers); lt.start() starts tracing; lt.stop() gives the Trace and starts
+    removing them, in the background and at once (each removal waits for RCU grace periods),
+    while the caller goes on; leaving the `with` waits until all are removed, and removes them
+    also on errors and Ctrl-C."""
 
     def __init__(self, root, backend: str, devices: Sequence[int], seed: int, buffer_kb: int,
                  say: Callable[[str], None]):
@@ -95,17 +102,24 @@ class LaunchTrace:
         self.tasks = Instance(root, "task", events, buffer_kb=buffer_kb,
                               options=("record-tgid", "event-fork"), event_pids=[seed])
         self.opens = OpenWatch(fs_mount_points())
-        self._stack = contextlib.ExitStack()
+        self._entered: list = []
+        self._removal: Optional[AtOnce] = None
 
     def __enter__(self) -> "LaunchTrace":
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(self.backend)
-            stack.enter_context(self.tasks)
-            stack.enter_context(self.opens)
-            self.tasks.start()
-            self.backend.start()
-            self._stack = stack.pop_all()
+        parts = [self.backend, self.tasks, self.opens]
+        entering = AtOnce([p.__enter__ for p in parts])
+        try:
+            entering.wait()
+        except BaseException:   # no __exit__ follows: remove what was set up
+            self._entered = [parts[i] for i in entering.succeeded()]
+            self._remove().wait()
+            raise
+        self._entered = parts
         return self
+
+    def start(self) -> None:
+        self.tasks.start()
+        self.backend.start()
 
     def check(self) -> None:
         """Raise WarmstartError if tracing broke (called while the launch runs)."""
@@ -115,12 +129,21 @@ class LaunchTrace:
     def stop(self) -> Trace:
         self.backend.stop()
         self.tasks.stop()
-        return Trace(requests=self.backend.requests(), task_events=self.tasks.take(),
-                     lost_events=self.backend.lost_events() + self.tasks.lost_events(),
-                     backend=self.backend.name, uses_traced=self.uses_traced, opens=self.opens.take())
+        trace = Trace(requests=self.backend.requests(), task_events=self.tasks.take(),
+                      lost_events=self.backend.lost_events() + self.tasks.lost_events(),
+                      backend=self.backend.name, uses_traced=self.uses_traced, opens=self.opens.take(),
+                      openers=self.opens.openers, opens_lost=self.opens.overflow)
+        self._removal = self._remove()
+        return trace
+
+    def _remove(self) -> AtOnce:
+        entered, self._entered = self._entered, []
+        return AtOnce([lambda p=p: p.__exit__(None, None, None) for p in entered])
 
     def __exit__(self, *exc):
-        return self._stack.__exit__(*exc)
+        removal, self._removal = self._removal or self._remove(), None
+        removal.wait()
+        return False
 
 
 class _SignalsAsInterrupt:
@@ -190,21 +213,79 @@ def record_once(conn, name: str, argv: Sequence, opts: RecordOptions,
         raise WarmstartError("recording needs root (tracefs, drop_caches): run it with sudo")
     argv = [os.fsdecode(a) for a in argv]
     executable = resolve_command(argv, opts.cwd, opts.env)
+    for sync_all in (False, True):
+        got = _traced_launch(conn, name, argv, executable, opts, sync_all, say)
+        if isinstance(got, tuple):
+            return store_recording(conn, name, argv, executable, opts, *got)
+        say(f"the launch read from {', '.join(os.fsdecode(t) for t in got)}, whose dirty pages (another "
+            f"program's writes) were not all written before the cache drop; recording again after a full sync")
+    raise AssertionError("a recording after a full sync is never redone")
+
+
+def _traced_launch(conn, name: str, argv: List[str], executable: bytes, opts: RecordOptions, sync_all: bool,
+                   say: Callable[[str], None]):
+    """One traced launch: (LaunchResult, Trace, cold method, started_at, warm CPU), or the mount
+    points of the file systems it read from whose dirty pages were still being written at the
+    cache drop (coldcache.Writeback; never with sync_all: sync() writes all)."""
+    fss = FileSystems()
+    needed = _expected_file_systems(fss, argv, executable, opts, store.latest_file_devs(conn, name))
     root = clean_root(say)
     watch = list(opts.devices) or devices_of_paths([os.fsencode(a) for a in argv] + [executable])
     prev_files, prev_ranges = _previous_for_evict(conn, name) if opts.cold == "evict" else ([], [])
-    cold = coldcache.make_cold(opts.cold, prev_files, prev_ranges, say)
-    started_at = time.time()
+
+    def make_cold():
+        writeback = None if sync_all or opts.cold == "none" else coldcache.Writeback.start(fss)
+        return writeback, coldcache.make_cold(opts.cold, prev_files, prev_ranges, say, writeback, needed)
+    # the cache is made cold (sync, drop: waits on the kernel) while tracing is set up (the
+    # same); the set-up reads nothing from a block device. Tracing starts after both.
+    cold_making = AtOnce([make_cold])
     # only the launch tree's sched/filemap events: this thread is the pid filter's seed,
     # event-fork adds CMD (forked by this thread) and everything CMD forks
     with _SignalsAsInterrupt(), LaunchTrace(root, opts.backend, watch, threading.get_native_id(),
                                             opts.buffer_kb, say) as tracing:
+        [(writeback, (cold, written))] = cold_making.wait()
+        started_at = time.time()
+        tracing.start()
         result: LaunchResult = launch(argv, opts.until, opts.timeout, cwd=opts.cwd, env=opts.env,
                                       devices=watch, passthrough=opts.passthrough, keep_running=tracing.check)
         trace = tracing.stop()
-    _refuse_bad_end(result, opts)
-    warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
-    return store_recording(conn, name, argv, executable, opts, result, trace, cold, started_at, warm_cpu)
+        _refuse_bad_end(result, opts)
+        if written is not None:
+            unsynced = coldcache.unsynced(_devs_read(trace, result, fss), writeback.devs, written,
+                                          trace.opens_lost, fss)
+            if unsynced:
+                return unsynced
+        # while the instances are being removed (tracing is off: the warm launch is not traced)
+        warm_cpu = _warm_cpu_s(argv, opts, result, watch, say) if opts.warm_run else None
+    return result, trace, cold, started_at, warm_cpu
+
+
+def _expected_file_systems(fss: FileSystems, argv: Sequence[str], executable: bytes, opts: RecordOptions,
+                           previous: Sequence[int]) -> Set[int]:
+    """Devs of the file systems a launch is expected to read: the root's, its working
+    directory's, its executable's, those of the paths in its arguments (also inside one:
+    `read:/x:0`, `--in=/x`, `sh -c 'cat /x'`), those on its --device, and `previous` (the page-
+    cache devs of its latest recording's files)."""
+    base = os.fsencode(opts.cwd) if opts.cwd else os.getcwdb()
+    paths = [b"/", base, executable]
+    for a in map(os.fsencode, argv):
+        paths += [os.path.join(base, a)] + re.findall(rb"/[^\s:=,;'\"]*", a)
+    out = {fs.mount.dev for fs in (fss.of_path(os.path.realpath(p)) for p in paths if os.path.exists(p))
+           if fs is not None}
+    out |= {d for d, fs in fss.items() if d in previous or opts.devices and set(opts.devices) & set(fs.devices())}
+    return out
+
+
+def _devs_read(trace: Trace, result: LaunchResult, fss: FileSystems) -> Set[int]:
+    """Page-cache devs of what the launch's tree read: its page-cache adds' and the files it
+    opened (whose pages may all have been cached: no add)."""
+    tree = build_tree(trace.task_events, result.pid, result.start_ns, result.end_ns)
+    devs = {a.dev for a in page_adds(trace.task_events, tree, result.start_ns, result.end_ns)}
+    for name, pids in trace.openers.items():
+        hit = fss.key_and_real(name) if pids & tree.tids else None
+        if hit is not None:
+            devs.add(hit[0][0])
+    return devs
 
 
 def record_running(db: Callable[[], ContextManager], name: str, pid: int, executable: bytes, argv: Sequence,
@@ -228,6 +309,7 @@ def record_running(db: Callable[[], ContextManager], name: str, pid: int, execut
         watch = list(opts.devices) or devices_of_paths([executable])
         with LaunchTrace(root, opts.backend, watch, pid, opts.buffer_kb, say) as tracing, \
                 selectors.DefaultSelector() as exit_seen:
+            tracing.start()
             ready()
             exit_seen.register(pidfd, selectors.EVENT_READ)
             deadline = time.monotonic() + opts.timeout
