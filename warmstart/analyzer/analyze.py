@@ -31,7 +31,6 @@ from .profile import main_dev, model_profile, profile_without_node, stored_profi
 from .segment import Result, launch_time, optimise, paper, reorder
 from .sequence import Access, LaunchSequence, from_requests, merge_recordings
 from .strips import geometry_from_sysfs, split_at_strips, whole_stripes
-from .sweeps import Pulled, Sweeps, pull_forward
 
 PROBES = ("auto", "model", "disk", "hybrid")
 ALGORITHMS = ("optimal", "paper", "reorder")
@@ -47,7 +46,6 @@ class Options:
     metadata_first: bool = True
     file_metadata: bool = True                # add each file's open() metadata from the fs (ext4meta)
     gap_merge: bool = True
-    pull_forward: bool = True                 # later segments' pieces read by an earlier sweep (sweeps.py)
     trim_unused: bool = True                  # fetch only pages the recorded launch used (page_uses)
     strip_bytes: Optional[int] = None
     stripe_disks: Optional[int] = None
@@ -354,12 +352,10 @@ class Ordered:
     gap_bytes: int
     strip: int
     disks: int
-    pulled: Pulled
 
 
 def order_segments(chosen: Result, table: PieceTable, cost: CostSetup, opts: Options) -> Ordered:
-    """Fetch order inside each segment (metadata, then data, each LBA-sorted: PieceTable), later
-    segments' pieces read by an earlier sweep where that shortens T (sweeps.pull_forward),
+    """Fetch order inside each segment (metadata, then data, each LBA-sorted: PieceTable),
     competitive gap merging, strip alignment."""
     prof = cost.prof
     strip, disks = opts.strip_bytes, opts.stripe_disks
@@ -369,14 +365,9 @@ def order_segments(chosen: Result, table: PieceTable, cost: CostSetup, opts: Opt
     # read through a gap when its transfer costs less than the switch over that distance
     worth = (lambda gap: gap / prof.r_tr_Bps <= float(prof.seek_s(gap))) if gap_bytes else None
     waste = merged_gaps = skipped_gaps = 0
-    sw = Sweeps(list(chosen.segments), [table.segment_pieces(a, b) for a, b in chosen.segments],
-                list(chosen.t_disk), list(chosen.cpu))
-    pulled = Pulled()
-    if prof and opts.pull_forward and chosen.algorithm != "paper" and len(sw.spans) > 1:
-        sw, pulled = pull_forward(sw, prof, opts.metadata_first)
     segments: List[Segment] = []
-    for i, (a, b) in enumerate(sw.spans):
-        pieces = sw.pieces[i]
+    for i, (a, b) in enumerate(chosen.segments):
+        pieces = table.segment_pieces(a, b)
         if gap_bytes:
             # merge within each sweep (metadata, data) only: never across the two
             meta = [p for p in pieces if p.file is None] if opts.metadata_first else []
@@ -392,8 +383,9 @@ def order_segments(chosen: Result, table: PieceTable, cost: CostSetup, opts: Opt
             pieces, w = whole_stripes(pieces, strip, disks or 0)
             waste += w
         ranges = _to_ranges(pieces)
-        segments.append(Segment(i + 1, a + 1, b + 1, sw.t_disk[i], sw.cpu[i], sum(r.length for r in ranges), ranges))
-    return Ordered(segments, waste, merged_gaps, skipped_gaps, gap_bytes, strip or 0, disks or 0, pulled)
+        segments.append(Segment(i + 1, a + 1, b + 1, chosen.t_disk[i], chosen.cpu[i],
+                                sum(r.length for r in ranges), ranges))
+    return Ordered(segments, waste, merged_gaps, skipped_gaps, gap_bytes, strip or 0, disks or 0)
 
 
 def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[Callable[[str], None]] = None) -> dict:
@@ -430,9 +422,6 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     order = order_segments(chosen, table, cost, opts)                               # 6
     segments = order.segments
     cut = bound.of_analysis(items, [a.busy_after_ns for a in kept], seg.cpu_scale, cost.prof, cost.dev)
-    if order.pulled.pieces:      # the sweeps changed: T as pull_forward left it
-        chosen.t_exp = chosen.t_model = order.pulled.t_after_s
-        chosen.t_disk, chosen.cpu = [g.t_disk_s for g in segments], [g.cpu_s for g in segments]
     meta_step = metadata_step(fmap.fs_meta_reads,
                               lambda dev: cost.prof if dev == cost.dev and cost.prof else model_profile(conn, dev)[1])
 
@@ -441,7 +430,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     params = {"fs_metadata_devs": fs_metadata.warm_through_fs({f.dev for f in used_files}),
               "probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
               "file_metadata": file_meta, "gap_merge_bytes": order.gap_bytes, "merged_gaps": order.merged_gaps,
-              "skipped_gaps": order.skipped_gaps, "pulled_forward": order.pulled.to_json(), "strip_bytes": order.strip, "stripe_disks": order.disks,
+              "skipped_gaps": order.skipped_gaps, "strip_bytes": order.strip, "stripe_disks": order.disks,
               "t_model_s": chosen.t_model, "compare": seg.compare, "model_error": seg.model_error,
               "filemap": fmap.report.to_json(),
               "coverage": [{"recording_id": c.recording_id, "fraction": c.fraction} for c in seq.coverage],

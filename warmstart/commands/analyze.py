@@ -16,10 +16,6 @@ def _text(r):
     if meta and meta["reads"]:
         lines.append(f"  metadata step through the file system: {len(meta['reads'])} reads the launch made, "
                      f"{meta['t_s']:.3f} s modelled (in t_exp, before segment 1)")
-    pulled = r.get("pulled_forward") or {}
-    if pulled.get("pieces"):
-        lines.append(f"  {pulled['pieces']} piece(s) of later segments ({pulled['bytes'] / 1e6:.2f} MB) read by an "
-                     f"earlier sweep: T {pulled['t_before_s']:.3f} -> {pulled['t_after_s']:.3f} s")
     for name, c in r["compare"].items():
         extra = f", disk {c['t_disk_s']:.3f} s" if "t_disk_s" in c else ""
         lines.append(f"  {name:<8} modelled {c['t_model_s']:.3f} s{extra}")
@@ -56,8 +52,6 @@ def _text(r):
 @click.option("--no-file-metadata", is_flag=True,
               help="Only the metadata the recording saw, not each file's inode/directory blocks from the fs.")
 @click.option("--no-gap-merge", is_flag=True, help="Do not read through small gaps.")
-@click.option("--no-pull-forward", is_flag=True,
-              help="Read each piece in its own segment's sweep, never in an earlier sweep that passes near it.")
 @click.option("--keep-unused", is_flag=True,
               help="Also fetch what the recorded launch read but never used (its readahead).")
 @click.option("--strip-size", type=int, default=None, help="Strip size in bytes of a striped array.")
@@ -66,7 +60,7 @@ def _text(r):
 @json_option
 @click.pass_obj
 def analyze(ctx, name, probe, algorithm, runs_threshold, recording_ids, allow_lost, no_metadata_first,
-            no_file_metadata, no_gap_merge, no_pull_forward, keep_unused, strip_size, stripe_disks, dry_run, as_json):
+            no_file_metadata, no_gap_merge, keep_unused, strip_size, stripe_disks, dry_run, as_json):
     """Build the prefetch schedule of app NAME from its recordings.
 
     \b
@@ -78,7 +72,7 @@ def analyze(ctx, name, probe, algorithm, runs_threshold, recording_ids, allow_lo
     """
     opts = Options(probe=probe, algorithm=algorithm, runs_threshold=runs_threshold,
                    recording_ids=recording_ids, allow_lost=allow_lost, metadata_first=not no_metadata_first,
-                   file_metadata=not no_file_metadata, gap_merge=not no_gap_merge, pull_forward=not no_pull_forward, trim_unused=not keep_unused, strip_bytes=strip_size, stripe_disks=stripe_disks,
+                   file_metadata=not no_file_metadata, gap_merge=not no_gap_merge, trim_unused=not keep_unused, strip_bytes=strip_size, stripe_disks=stripe_disks,
                    save=not dry_run)
     say = None if as_json else (lambda s: click.echo(f"... {s}", err=True))
     r = run_analysis(ctx.db, name, opts, progress=say)
