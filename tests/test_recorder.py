@@ -31,7 +31,7 @@ from warmstart.db import open_db
 from warmstart.db import recordings as store
 from warmstart.errors import WarmstartError
 from warmstart.recorder.recorder import RecordOptions, record_once
-from warmstart.recorder.tracefs import list_our_instances, remove_stale_instances, tracefs_root
+from warmstart.recorder.tracefs import Instance, list_our_instances, remove_stale_instances, tracefs_root
 
 SYNTH = REPO / "build" / "synthlaunch"
 MiB = 1 << 20
@@ -374,6 +374,26 @@ def test_remove_stale_instances_only_removes_dead_owners(needs_tracefs):
         for d in (stale, live):
             if d.exists():
                 os.rmdir(d)
+
+
+def test_an_instance_is_removed_once_a_forked_child_lets_go_of_its_files(needs_tracefs):
+    """A child forked by another thread holds copies of the instance's fds until it execs or exits
+    (the bench's warm run starts while the tracing is removed): rmdir then fails with EBUSY for a
+    moment, and the removal waits that out instead of failing the recording."""
+    inst = Instance(tracefs_root(), "forkprobe", ["sched/sched_process_exit"])
+    inst.__enter__()
+    pid = os.fork()
+    if pid == 0:   # holds the instance's trace_pipe fd, as a child between fork and exec does
+        time.sleep(0.3)
+        os._exit(0)
+    try:
+        t0 = time.monotonic()
+        inst.close()
+        assert not inst.path.exists()
+        assert time.monotonic() - t0 >= 0.2   # it did wait for the child
+    finally:
+        os.waitpid(pid, 0)
+        inst.close()
 
 
 def test_a_killed_speculation_tracer_instance_is_removed_too(needs_tracefs):

@@ -65,6 +65,24 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+BUSY_WAIT_S = 2.0   # how long a removal waits for an instance's files to be closed
+
+
+def _remove(path: Path) -> None:
+    """rmdir an instance, waiting up to BUSY_WAIT_S while it is busy (EBUSY: a file of it is open).
+    Those references are transient: a dead owner's files still being closed, or a child forked by
+    another of our threads holding copies of our fds until it execs (Popen's fork-to-exec window)."""
+    deadline = time.monotonic() + BUSY_WAIT_S
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.02)
+
+
 def remove_stale_instances(root: Path) -> List[str]:
     """Remove our instances whose recorder process is gone (it crashed or was killed).
     Returns what was removed; raises WarmstartError naming an instance that cannot be removed."""
@@ -76,18 +94,14 @@ def remove_stale_instances(root: Path) -> List[str]:
         pid_part = name[len(PREFIX):].split("-", 1)[0]
         if not pid_part.isdigit() or _pid_alive(int(pid_part)):
             continue
-        for attempt in range(20):
-            try:
-                os.rmdir(inst / name)
-                removed.append(name)
-                break
-            except FileNotFoundError:
-                break  # another recorder removed it first
-            except OSError as e:
-                if e.errno != errno.EBUSY or attempt == 19:
-                    raise WarmstartError(f"cannot remove stale tracefs instance {inst / name}: {e.strerror}; "
-                                         f"close whatever reads it, then: rmdir {inst / name}")
-                time.sleep(0.05)  # its dead owner's files are still being closed
+        try:
+            _remove(inst / name)
+            removed.append(name)
+        except FileNotFoundError:
+            pass  # another recorder removed it first
+        except OSError as e:
+            raise WarmstartError(f"cannot remove stale tracefs instance {inst / name}: {e.strerror}; "
+                                 f"close whatever reads it, then: rmdir {inst / name}")
     return removed
 
 
@@ -277,7 +291,9 @@ class Instance:
             except OSError:
                 pass
             try:
-                os.rmdir(self.path)
+                _remove(self.path)
+            except FileNotFoundError:
+                pass
             except OSError as e:
                 raise WarmstartError(f"cannot remove tracefs instance {self.path}: {e.strerror}; "
                                      f"remove it with: rmdir {self.path}")
