@@ -11,8 +11,10 @@ disk's mount point, mapped here onto this script's own)."""
 
 import argparse
 import os
+import re
 import sqlite3
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +33,28 @@ def schedule_paths(db, app: str, fs: str, mnt: str):
         sys.exit(f"no active schedule of {app}-hdd7200.{fs}: run `warmstart bench --fs {fs} --apps {app}` first")
     paths = [mnt + os.fsdecode(p)[os.fsdecode(p).index("/mnt/") + 4:] for (p,) in rows]
     return [p for p in paths if os.path.isfile(p)]      # the bench's own files are not in the image
+
+
+def xfs_physical_order(mnt: str, dirs, files, ino):
+    """The one pass's steps (an lstat of each directory and file, a listing of each directory)
+    sorted by the disk address each reads first: an inode's cluster from its number and the file
+    system's geometry, a directory's first block from XFS_IOC_GETBMAPX (`xfs_io bmap`)."""
+    info = subprocess.run(["xfs_info", mnt], capture_output=True, text=True, check=True).stdout
+    agsize = int(re.search(r"agsize=(\d+)", info).group(1))
+    bsize = int(re.search(r"bsize=(\d+)", info).group(1))
+    isize = int(re.search(r"isize=(\d+)", info).group(1))
+    inopblog, agblklog = (bsize // isize).bit_length() - 1, (agsize - 1).bit_length()
+
+    def inode_sector(i):
+        agno, agbno = i >> (inopblog + agblklog), (i >> inopblog) & ((1 << agblklog) - 1)
+        return (agno * agsize + agbno) * (bsize // 512)
+
+    steps = [(inode_sector(ino[x]), 0, "stat", x) for x in dirs + files]
+    for d in dirs:
+        out = subprocess.run(["xfs_io", "-r", "-c", "bmap", d], capture_output=True, text=True).stdout
+        blocks = [int(m.group(1)) for m in re.finditer(r"\]: (\d+)\.\.", out)]
+        steps.append((min(blocks) if blocks else inode_sector(ino[d]), 1, "list", d))
+    return [(kind, x) for _, _, kind, x in sorted(steps)]
 
 
 def main():
@@ -62,6 +86,8 @@ def main():
                 for p in sorted(files, key=ino.get):
                     os.lstat(p)
 
+            phys = xfs_physical_order(mnt, dirs, files, ino) if a.fs == "xfs" else None
+
             orders = {
                 "directories read whole level by level, then files": lambda: (listed_levels(), files_by_ino()),
                 "directories read whole in inode order, then files":
@@ -70,6 +96,9 @@ def main():
                 "one pass, lookups only": lambda: [os.lstat(x) for x in by_ino],
                 "files looked up only": files_by_ino,
             }
+            if phys:
+                orders["one pass, each step at the disk address it reads first"] = \
+                    lambda: [os.listdir(x) if kind == "list" else os.lstat(x) for kind, x in phys]
             times, reads = {k: [] for k in orders}, {}
             for _ in range(a.reps):
                 for name, run in orders.items():
