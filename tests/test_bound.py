@@ -163,13 +163,12 @@ def test_the_sequence_keeps_the_smaller_busy_time_where_reads_merge():
     assert [(a.sector, a.busy_after_ns) for a in merged.accesses] == [(0, 300), (800, None)]
 
 
-def test_a_bound_never_beaten_by_real_launches_on_the_emulated_hdd(emu_hdd, tmp_path):
-    """A real small launch (two synthlaunch processes at once: scattered reads with CPU bursts between them) recorded and
-    analyzed on the emulated HDD, then launched cold and prefetched (reorder and segmented): each
-    takes at least the bound's parts from the recording and the disk (the cut bound the analysis
-    stored, the schedule's modelled pass), within the clock's granularity. Two processes compute at
-    once, so CPU summed over tasks instead of their union would exceed the launch."""
-    from conftest import REPO, have_tracefs, require
+def _never_beaten(disk, argv, tmp_path, name):
+    """Record argv cold on disk (its profile measured first), analyze it, then launch it cold and
+    prefetched (reorder, segmented): each launch takes at least the bound's parts from the
+    recording and the disk (the cut bound the analysis stored, the schedule's modelled pass),
+    within the clock's granularity. Returns (the schedule, the measured launch times)."""
+    from conftest import have_tracefs, require
     from warmstart.analyzer.analyze import analyze
     from warmstart.analyzer.profile import measure
     from warmstart.db import open_db
@@ -179,8 +178,40 @@ def test_a_bound_never_beaten_by_real_launches_on_the_emulated_hdd(emu_hdd, tmp_
     from warmstart.recorder.coldcache import drop_caches
     from warmstart.recorder.recorder import RecordOptions, record_once
     from warmstart.replay.runner import NO_PREFETCH, LaunchOptions, Prefetch, run_launch
-    import random
     require(have_tracefs(), "needs root and tracefs")
+    conn = open_db(tmp_path / "w.db")
+    prof, took = measure(disk.loop_dev)
+    save_profile(conn, disk.loop_dev, disk.dev, prof, took)
+    drop_caches()
+    record_once(conn, name, argv, RecordOptions(until=parse_until("exit"), cold="none", passthrough=False),
+                say=lambda m: None)
+    analyze(conn, name)
+    sched = load_active_schedule(conn, name)
+    cut = sched.params["bound"]
+    assert cut["timed"], cut
+    quiet = LaunchOptions(parse_until("exit"), 60.0, passthrough=False)
+    # the parts from the recording and the disk (the warm part is itself a measured launch: how it
+    # compares with the others is the machine's run-to-run spread, not the bound's)
+    lb = bound.launch_bound(cut["seconds"], None, bound.of_schedule(conn, sched)["schedule_pass_s"])
+    measured = {}
+    for mode in ("none", "reorder", "segmented"):
+        drop_caches()
+        out = run_launch(conn, argv, Prefetch(mode) if mode != "none" else NO_PREFETCH, quiet, store=None,
+                         name=name)
+        assert out.exit_status == 0 and (mode == "none" or out.prefetched), out.notes
+        measured[mode] = out.launch_time_s
+    granularity = 0.002
+    assert all(t >= lb - granularity for t in measured.values()), (lb, cut, measured)
+    return sched, measured
+
+
+def test_a_bound_never_beaten_by_real_launches_on_the_emulated_hdd(emu_hdd, tmp_path):
+    """A real small launch (two synthlaunch processes at once: scattered reads with CPU bursts
+    between them) recorded and analyzed on the emulated HDD (ext4), never beaten by its own cold
+    and prefetched launches (_never_beaten). Two processes compute at once, so CPU summed over
+    tasks instead of their union would exceed the launch."""
+    from conftest import REPO, require
+    import random
     synth = REPO / "build" / "synthlaunch"
     require(synth.exists(), "run `make binaries` (build/synthlaunch)")
     d = emu_hdd.mountpoint / f"bound-{os.getpid()}"
@@ -199,29 +230,54 @@ def test_a_bound_never_beaten_by_real_launches_on_the_emulated_hdd(emu_hdd, tmp_
     # two processes reading and computing at once: on two CPUs their CPU adds up to more than the
     # wall time it takes, so a bound made of summed CPU would exceed the launch
     argv = ["/bin/sh", "-c", f"{synth} {plan([0, 1])} & {synth} {plan([1, 2])}; wait"]
-    conn = open_db(tmp_path / "w.db")
-    prof, took = measure(emu_hdd.loop_dev)
-    save_profile(conn, emu_hdd.loop_dev, emu_hdd.dev, prof, took)
-    drop_caches()
-    record_once(conn, "boundapp", argv, RecordOptions(until=parse_until("exit"), cold="none", passthrough=False),
-                say=lambda m: None)
-    analyze(conn, "boundapp")
-    sched = load_active_schedule(conn, "boundapp")
+    sched, _ = _never_beaten(emu_hdd, argv, tmp_path, "boundapp")
     cut = sched.params["bound"]
-    assert cut["busy_known"] and cut["timed"] and cut["cpu_s"] > 0 and cut["seconds"] > cut["cpu_s"]
-    quiet = LaunchOptions(parse_until("exit"), 60.0, passthrough=False)
-    # the parts from the recording and the disk (the warm part is itself a measured launch: how it
-    # compares with the others is the machine's run-to-run spread, not the bound's)
-    lb = bound.launch_bound(cut["seconds"], None, bound.of_schedule(conn, sched)["schedule_pass_s"])
-    measured = {}
-    for mode in ("none", "reorder", "segmented"):
-        drop_caches()
-        out = run_launch(conn, argv, Prefetch(mode) if mode != "none" else NO_PREFETCH, quiet, store=None,
-                         name="boundapp")
-        assert out.exit_status == 0 and (mode == "none" or out.prefetched), out.notes
-        measured[mode] = out.launch_time_s
-    granularity = 0.002
-    assert all(t >= lb - granularity for t in measured.values()), (lb, cut, measured)
+    assert cut["busy_known"] and cut["cpu_s"] > 0 and cut["seconds"] > cut["cpu_s"]
+
+
+def test_on_xfs_the_bound_counts_the_launchs_metadata_reads(emu_xfs, tmp_path):
+    """On XFS no prefetch spares the disk the launch's reads of file-system metadata (the
+    replayer's metadata step reads them through the file system): the bound's pass holds them
+    beside the schedule's blocks, so it is at least one sorted pass over both; and the launch,
+    cold or prefetched, still never beats it."""
+    import shutil
+    import subprocess
+    from warmstart.analyzer.profile import measure
+    top = emu_xfs.mountpoint / f"boundmeta-{os.getpid()}-{tmp_path.name}"
+    dirs = [top / f"d{i}" for i in range(8)]
+    for d in dirs:
+        d.mkdir(parents=True)
+    for k in range(24):
+        for d in dirs:
+            (d / f"file-{k:03d}").write_bytes(os.urandom(4096))
+    for op in ("--freeze", "--unfreeze"):   # pushes XFS's log: its metadata written home
+        subprocess.run(["fsfreeze", op, str(emu_xfs.mountpoint)], check=True)
+    try:
+        argv = ["/bin/sh", "-c", f"cat {top}/d*/file-* > /dev/null"]
+        sched, measured = _never_beaten(emu_xfs, argv, tmp_path, "boundmeta")
+        step = sched.params["metadata_step"]["reads"]
+        assert len(step) >= 3, step           # inode clusters and directory blocks, read cold
+        prof = bound.floor_profile(measure(emu_xfs.loop_dev)[0])
+        runs = bound.schedule_runs(sched, emu_xfs.dev) + [(d, s * 512, n * 512) for d, s, n in step]
+        both = bound.sorted_pass(runs, prof.access_time)
+        print(f"bound {sched.params['bound']}, pass of data and metadata {both:.4f} s, launches {measured}")
+        assert sched.params["bound"]["seconds"] >= 0.9 * both, (sched.params["bound"], both, measured)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_the_cut_bound_passes_over_the_metadata_reads_before_each_cut():
+    """fs_meta[i], the XFS/btrfs metadata the launch read up to p_{i+1}, is in every cut from
+    k = i + 1 on, and only there: far from the data, it lengthens exactly those cuts' pass."""
+    data = [[Piece(1, 1000 + 64 * i, 8, False, None, 0, 4096)] for i in range(4)]
+    far = (1, 1 << 23, 8)                     # a directory block half a disk away
+    busy = [0.4, 0.3, 0.0, 0.0]               # CPU after p_1, p_2: the cut after p_1 decides
+    without = bound.of_analysis(data, [int(b * 1e9) for b in busy], 1.0, MODEL, 1)
+    late = bound.of_analysis(data, [int(b * 1e9) for b in busy], 1.0, MODEL, 1, [[], [], [far], []])
+    early = bound.of_analysis(data, [int(b * 1e9) for b in busy], 1.0, MODEL, 1, [[far], [], [], []])
+    assert late.seconds == without.seconds    # read after p_2: not in the cut that decides
+    assert early.seconds > without.seconds + 0.002 and early.k == without.k == 1
+    assert early.fetch_s > without.fetch_s
 
 
 def test_show_prints_the_bound_beside_t_exp(tmp_path):

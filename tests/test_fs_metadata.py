@@ -169,7 +169,7 @@ def _record_and_map(disk, tag, request, tmp_path):
     recs = inputs.recordings(conn, inputs.app_id(conn, tag), ())
     rids = [r.id for r in recs]
     fmap = file_map(conn, rids)
-    _, items = map_sequence(build_sequence(conn, recs, None), fmap)
+    _, items, _ = map_sequence(build_sequence(conn, recs, None), fmap)
     add_file_metadata(items)
     return fmap, [p for ps in items for p in ps if p.file is None and p.dev == disk.dev]
 

@@ -100,12 +100,18 @@ def file_map(conn, rids: Sequence[int], trim_unused: bool = True) -> FileMap:
 
 
 def map_sequence(seq: LaunchSequence, fmap: FileMap):
-    """Pieces of every p_i; an access with nothing left (deleted file) gives its CPU to the previous."""
+    """Pieces of every p_i; an access with nothing left (deleted file) gives its CPU to the previous.
+    Returns (the accesses kept, their pieces, and for each the launch's reads of XFS/btrfs metadata
+    since the previous one's, its own included: FileMap.fs_meta_reads, for the bound)."""
     items: List[List[Piece]] = []
     kept: List[Access] = []
+    meta: List[List[Tuple[int, int, int]]] = []
+    pending: List[Tuple[int, int, int]] = []
     carry = 0
     for a in seq.accesses:
+        seen = len(fmap.fs_meta_reads)
         pieces = fmap.map_access(a)
+        pending += fmap.fs_meta_reads[seen:]
         if not pieces:
             if kept:
                 kept[-1].cpu_ns += a.cpu_ns
@@ -115,7 +121,11 @@ def map_sequence(seq: LaunchSequence, fmap: FileMap):
         kept.append(Access(a.dev, a.sector, a.nr_sectors, a.cpu_ns + carry, a.is_meta, a.busy_after_ns))
         carry = 0
         items.append(pieces)
-    return kept, items
+        meta.append(pending)
+        pending = []
+    if meta:
+        meta[-1] += pending
+    return kept, items, meta
 
 
 def add_file_metadata(items: List[List[Piece]]) -> dict:
@@ -406,7 +416,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     say("building the launch sequence")
     seq = build_sequence(conn, recs, opts.runs_threshold)                           # 2
     fmap = file_map(conn, rids, opts.trim_unused)                                   # 3
-    kept, items = map_sequence(seq, fmap)
+    kept, items, meta_reads = map_sequence(seq, fmap)
     if not items:
         raise WarmstartError(f"nothing left to prefetch for {app_name!r} (no reads, or every file changed "
                              f"since recording: {len(fmap.report.skipped)} skipped): record it again")
@@ -421,7 +431,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     chosen = seg.chosen
     order = order_segments(chosen, table, cost, opts)                               # 6
     segments = order.segments
-    cut = bound.of_analysis(items, [a.busy_after_ns for a in kept], seg.cpu_scale, cost.prof, cost.dev)
+    cut = bound.of_analysis(items, [a.busy_after_ns for a in kept], seg.cpu_scale, cost.prof, cost.dev,
+                            meta_reads)
     meta_step = metadata_step(fmap.fs_meta_reads,
                               lambda dev: cost.prof if dev == cost.dev and cost.prof else model_profile(conn, dev)[1])
 

@@ -2,8 +2,9 @@
 
 For every cut k over the launch's reads in first-access order (p_1..p_n):
     cut_k = D(p_1..p_k) + s * B_k
-where D(X) is one LBA-sorted pass over exactly the blocks of X the schedule reads (timed on the
-disk's profile floored by floor_profile), B_k the CPU that must follow the data of p_1..p_k (the
+where D(X) is one LBA-sorted pass over exactly the blocks of X the schedule reads, and on XFS and
+btrfs the launch's reads of their metadata among X (timed on the disk's profile floored by
+floor_profile), B_k the CPU that must follow the data of p_1..p_k (the
 smallest of the recorder's block_requests.busy_after_ns over p_1..p_k: reads complete out of
 order, and merged recordings order blocks by median position; recorder/cputime.assign_busy), and s the
 prefetched launch's CPU / the traced launch's (the analyzer's cpu_scale, <= 1). The bound is
@@ -115,11 +116,17 @@ def floor_profile(prof):
                                overhead_s=0.0)
 
 
-def of_analysis(items, busy_after_ns: Sequence[Optional[int]], cpu_scale: float, prof, dev: int) -> CutBound:
+def of_analysis(items, busy_after_ns: Sequence[Optional[int]], cpu_scale: float, prof, dev: int,
+                fs_meta=None) -> CutBound:
     """The cut bound of an analysis: items[i] the pieces the schedule fetches for p_{i+1} (after
     file metadata was added), busy_after_ns[i] its B; timed on prof (the DiskProfile of dev, or
-    None), counting only dev's pieces (the others are not timed: the pass only gets shorter)."""
+    None), counting only dev's pieces (the others are not timed: the pass only gets shorter).
+    fs_meta[i]: the launch's reads of XFS/btrfs metadata up to p_{i+1} [(dev, sector, sectors)],
+    which no prefetch spares the disk (the replayer's metadata step reads them through the file
+    system) and so count in D like the schedule's own blocks."""
     reads = [[(p.dev, p.sector * 512, p.nr_sectors * 512) for p in ps if p.dev == dev] for ps in items]
+    for runs, extra in zip(reads, fs_meta or ()):
+        runs += [(d, s * 512, n * 512) for d, s, n in extra if d == dev]
     busy = [None if b is None else b / 1e9 for b in busy_after_ns]
     return cut_bound(reads, busy, cpu_scale, floor_profile(prof).access_time if prof is not None else None)
 
