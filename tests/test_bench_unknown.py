@@ -51,8 +51,14 @@ def test_bench_unknown_one_rep(tmp_path):
         d = json.loads(details)
         assert status == 0 and t > 0 and used > 0, mode
         if mode == "unknown-spec":
-            assert d["copy"]["prefetched_files"] > 0 and d["copy"]["still_alive_after_kill"] == []
-            assert d["by_mechanism"]["speculation"]["prefetched_pages"] > 0
+            copy = d["copy"]
+            # the copy ran the command (it opened files) and was ended, nothing of it left alive; it
+            # prefetched files unless it was stopped first for trailing the launch (its cost rule;
+            # with one CPU kept busy it trailed synth in 6 of 6 runs, after ~20 opens and 1-2 data
+            # files, and one CI run saw it stopped before its first)
+            assert copy["totals"]["opens"] > 0 and copy["still_alive_after_kill"] == [], copy
+            assert copy["prefetched_files"] > 0 or copy["killed_reason"] == "not ahead", copy
+            assert (d["by_mechanism"]["speculation"]["prefetched_pages"] > 0) == (copy["prefetched_files"] > 0), d
 
     res = doc["unknown"]["results"]
     a = res["apps"]["synth"]
