@@ -7,8 +7,9 @@
  *    its end with getdents64 (XFS: what the app's own listings, failed lookups and stats of
  *    siblings would read later, and cheaper than the lookups alone), any other directory and
  *    every file looked up (an O_PATH open: the lookup reads the inode, nothing of the file);
- *  - then the marked files the pre-buffer does not open itself are opened through the
- *    replayer's own open, which checks their identity and keeps the fd for the data fetch.
+ *  - then the marked files that later ranges read and the pre-buffer does not open itself are
+ *    opened through the replayer's own open, which checks their identity and keeps the fd for the
+ *    data fetch (a file with no range, btrfs inline data say, is only looked up).
  * Inode order is disk order where it matters: an XFS inode number encodes its allocation group,
  * block and slot, and a directory's blocks are allocated near its inode; btrfs keys every item
  * of an inode by the inode number in the subvolume's tree, so inode order walks that tree's
@@ -102,7 +103,7 @@ static void warm_one(const struct wsr_file *f, struct fsmeta_stats *st)
 		close(fd);
 }
 
-int fsmeta_warm(const struct wsr_schedule *s, const bool *in_prebuffer, fsmeta_open_fn open_file, void *ctx,
+int fsmeta_warm(const struct wsr_schedule *s, const bool *not_opened, fsmeta_open_fn open_file, void *ctx,
 		struct fsmeta_stats *st)
 {
 	uint32_t n = 0, nmarked = 0;
@@ -121,10 +122,10 @@ int fsmeta_warm(const struct wsr_schedule *s, const bool *in_prebuffer, fsmeta_o
 	for (uint32_t k = 0; k < n; k++)
 		warm_one(&s->files[items[k].no], st);
 	st->pass_ns = mono_ns() - t0;
-	/* the files the pre-buffer does not open: opened and checked now, the fd kept */
+	/* the files later ranges read that the pre-buffer does not open: opened and checked now, the fd kept */
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t no = items[k].no;
-		if (!marked(&s->files[no]) || (in_prebuffer && in_prebuffer[no]))
+		if (!marked(&s->files[no]) || (not_opened && not_opened[no]))
 			continue;
 		open_file(ctx, no);   /* a file that changed is skipped and counted there */
 		st->files_opened++;

@@ -319,13 +319,22 @@ static void fetch_range(struct ctx *c, const struct wsr_range *r, struct seg_sta
 static int metadata_step(struct ctx *c, const uint32_t *order, uint32_t release_at)
 {
 	uint64_t t0 = mono_ns();
+	/* opened now: the files later ranges read that the pre-buffer's sweep does not open itself;
+	 * not a file with no range at all (btrfs inline data: its lookup is all it needs) */
 	bool *pre = calloc(c->s->nfiles ? c->s->nfiles : 1, 1);
-	if (!pre)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < release_at; i++)
-		pre[c->s->ranges[order[i]].file_no] = true;
-	int rc = fsmeta_warm(c->s, pre, meta_open, c, &c->st->meta);
+	bool *later = calloc(c->s->nfiles ? c->s->nfiles : 1, 1);
+	bool *not_opened = calloc(c->s->nfiles ? c->s->nfiles : 1, 1);
+	int rc = -ENOMEM;
+	if (pre && later && not_opened) {
+		for (uint32_t i = 0; i < c->s->nranges; i++)
+			(i < release_at ? pre : later)[c->s->ranges[order[i]].file_no] = true;
+		for (uint32_t i = 0; i < c->s->nfiles; i++)
+			not_opened[i] = pre[i] || !later[i];
+		rc = fsmeta_warm(c->s, not_opened, meta_open, c, &c->st->meta);
+	}
 	free(pre);
+	free(later);
+	free(not_opened);
 	c->st->meta.ns = mono_ns() - t0;
 	return rc;
 }

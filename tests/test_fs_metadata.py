@@ -274,3 +274,53 @@ def test_export_marks_the_files_the_analyzer_named():
     # no decision stored (an older or imported schedule): this machine's mounts decide
     sched.params = {}
     assert flags(contents(sched)) == [wsr.FILE_WARM_META] * 2   # devs 5, 6: no mount
+
+
+STATTER = """
+import os, sys
+srcs, reads = sys.argv[1], sys.argv[2]
+for n in sorted(os.listdir(srcs)):
+    os.stat(os.path.join(srcs, n))          # an interpreter checks each source's mtime...
+for n in sorted(os.listdir(reads)):
+    with open(os.path.join(reads, n), "rb") as f:
+        f.read()                             # ...and reads the bytecode cached beside it
+"""
+
+
+def test_on_xfs_the_inodes_a_launch_only_stated_are_looked_up_too(emu_xfs, request, tmp_path):
+    """A launch that stats files it never reads read their inode blocks cold; nothing of those
+    files is fetched, but the analysis adds one name per inode cluster (FileSystem.inode_clusters, from
+    the directories on the schedule's paths) for the metadata step to look up, so after the
+    replay the launch's stats read nothing from the disk."""
+    require(have_tracefs(), "needs root and tracefs")
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    base = emu_xfs.mountpoint / f"statonly-{os.getpid()}-{tmp_path.name}"
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    srcs, cache = base / "srcs", base / "srcs" / "cache"
+    cache.mkdir(parents=True)
+    for k in range(96):                   # 3 inode clusters of sources only...
+        (srcs / f"mod{k:03d}.py").write_bytes(b"#" * 100)
+    for k in range(8):                    # ...then what is read, in clusters of their own
+        (cache / f"mod{k:03d}.pyc").write_bytes(os.urandom(8192))
+    for op in ("--freeze", "--unfreeze"):   # XFS's log pushed: the inodes written home
+        subprocess.run(["fsfreeze", op, str(emu_xfs.mountpoint)], check=True)
+    db = tmp_path / "db"
+    argv = [sys.executable, "-S", "-c", STATTER, str(srcs), str(cache)]
+    for cmd in (["record", "--name", "statonly", "--", *argv], ["analyze", "statonly"]):
+        p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), *cmd],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+    sched = load_active_schedule(open_db(db), "statonly")
+    fetched = {r.file.path for g in sched.segments for r in g.ranges if r.file is not None}
+    lookups = [f for f in sched.files if f.path not in fetched]
+    assert sched.params["inode_lookups"] == len(lookups) >= 2, sched.params
+    assert all(os.path.dirname(f.path) == os.fsencode(srcs) for f in lookups)
+    export = write_export(sched, tmp_path / "s.wsr").path
+    emu_xfs.drop_caches()
+    rc, st, err = run_replayer(export, "--mode", "reorder")
+    assert rc == 0 and st["status"] == "ok" and st["meta_errors"] == 0, err
+    assert st["meta_files_opened"] == 0, st      # reorder: the sweep opens what it reads, the lookups nothing
+    emu_xfs.reset_stats()
+    for n in sorted(os.listdir(srcs)):
+        os.stat(srcs / n)
+    assert emu_xfs.stats()["reads"] == 0

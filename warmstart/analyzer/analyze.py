@@ -436,9 +436,12 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     meta_step = metadata_step(fmap.fs_meta_reads,
                               lambda dev: cost.prof if dev == cost.dev and cost.prof else model_profile(conn, dev)[1])
 
-    used_files = sorted({r.file for s in segments for r in s.ranges if r.file is not None}, key=lambda f: f.path)
-    extents = {i: fmap.extents[f] for i, f in enumerate(used_files)}                # 7
+    with_ranges = {r.file for s in segments for r in s.ranges if r.file is not None}
+    lookups = fmap.inode_lookups(with_ranges)      # looked up by the metadata step, nothing read
+    used_files = sorted(with_ranges | set(lookups), key=lambda f: f.path)
+    extents = {i: fmap.extents.get(f, []) for i, f in enumerate(used_files)}        # 7
     params = {"fs_metadata_devs": fs_metadata.warm_through_fs({f.dev for f in used_files}),
+              "inode_lookups": len(lookups),
               "probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
               "file_metadata": file_meta, "gap_merge_bytes": order.gap_bytes, "merged_gaps": order.merged_gaps,
               "skipped_gaps": order.skipped_gaps, "strip_bytes": order.strip, "stripe_disks": order.disks,

@@ -188,6 +188,63 @@ class FileMap:
         self.report.unused_bytes += length - sum(n for _, n in out)
         return out
 
+    def inode_lookups(self, files: Iterable[ScheduledFile]) -> List[ScheduledFile]:
+        """Files whose lookup makes the replayer's metadata step read the inode blocks the launch
+        read and no lookup of `files` (or of the directories on their paths) reads: the inodes of
+        files it only stat'ed (an interpreter checks each source beside the cached bytecode it
+        reads). Where the file system places inodes by number (FileSystem.inode_clusters: XFS),
+        one name per inode cluster read, from the entries of the directories on those paths
+        (d_ino: no stat but the chosen one's)."""
+        files = list(files)
+        fs_of = {}
+        for f in files:
+            fs = self.fss.of_dev(f.dev)
+            if fs is not None and fs.data_device() is not None:
+                fs_of[fs.data_device()] = fs
+        spans: Dict[int, List[Tuple[int, int]]] = {}       # st_dev -> inode clusters read
+        for d, s, n in self.fs_meta_reads:
+            if d in fs_of:
+                spans.setdefault(fs_of[d].dev, []).extend(fs_of[d].inode_clusters(s, n))
+        spans = {dev: sorted(set(v)) for dev, v in spans.items() if v}
+        if not spans:
+            return []
+        starts = {dev: [a for a, _ in v] for dev, v in spans.items()}
+
+        def span_of(dev: int, ino: int) -> Optional[Tuple[int, int]]:
+            i = bisect.bisect_right(starts.get(dev, []), ino) - 1
+            return (dev, i) if i >= 0 and ino < spans[dev][i][1] else None
+
+        dirs = set()
+        for f in files:
+            d = os.path.dirname(f.path)
+            while d not in dirs and d not in (b"/", b""):
+                dirs.add(d)
+                d = os.path.dirname(d)
+        served = {span_of(f.dev, f.ino) for f in files}
+        found: List[ScheduledFile] = []
+        for d in sorted(dirs):
+            try:
+                st = os.stat(d)
+                if st.st_dev not in spans:
+                    continue
+                served.add(span_of(st.st_dev, st.st_ino))
+                entries = sorted((e.inode(), e.path) for e in os.scandir(d) if e.is_file(follow_symlinks=False))
+            except OSError:
+                continue
+            for ino, path in entries:
+                k = span_of(st.st_dev, ino)
+                if k is None or k in served:
+                    continue
+                try:
+                    est = os.lstat(path)
+                except OSError:
+                    continue
+                if est.st_dev == st.st_dev:
+                    served.add(k)
+                    found.append(ScheduledFile(path, est.st_dev, est.st_ino, est.st_size, est.st_mtime_ns,
+                                               est.st_ctime_ns))
+        return found
+
     def map_access(self, a: Access) -> List[Piece]:
         """The pieces of p_i, in disk order, with file pieces where the blocks belong to a file."""
         out: List[Piece] = []

@@ -66,3 +66,10 @@ class FileSystem:
     def extents(self, fd: int) -> List[Extent]:
         """Mapped extents of the open file, physical = bytes on data_device(). Raises OSError."""
         return mapped_extents_fd(fd)
+
+    def inode_clusters(self, sector: int, nr_sectors: int) -> List[Tuple[int, int]]:
+        """Where the file system places inodes by number: the inode numbers [first, end) of each
+        inode cluster (the unit it reads inodes in) in those sectors of data_device(), so that a
+        lookup of any one of a cluster's inodes reads that cluster into its cache; [] where it
+        does not or cannot say."""
+        return []
