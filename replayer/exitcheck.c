@@ -67,7 +67,7 @@ void exit_check_run(int pidfd, const struct wsr_schedule *s, const uint64_t *out
 	x->exited = r > 0;
 	x->t_exit_s = mono_ns() / 1e9;
 	x->evicted_known = true;
-	/* a file with no range (btrfs inline data: the schedule only looks it up) has no fetch to miss */
+	/* a file with no range (looked up only: an inode the launch only stat'ed) has no fetch to miss */
 	bool *ranged = calloc(s->nfiles ? s->nfiles : 1, 1);
 	for (uint32_t i = 0; ranged && i < s->nranges; i++)
 		ranged[s->ranges[i].file_no] = true;

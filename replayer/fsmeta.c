@@ -9,7 +9,8 @@
  *    every file looked up (an O_PATH open: the lookup reads the inode, nothing of the file);
  *  - then the marked files that later ranges read and the pre-buffer does not open itself are
  *    opened through the replayer's own open, which checks their identity and keeps the fd for the
- *    data fetch (a file with no range, btrfs inline data say, is only looked up).
+ *    data fetch (a file with no range, the inode of a file the launch only stat'ed, is only
+ *    looked up).
  * Inode order is disk order where it matters: an XFS inode number encodes its allocation group,
  * block and slot, and a directory's blocks are allocated near its inode; btrfs keys every item
  * of an inode by the inode number in the subvolume's tree, so inode order walks that tree's

@@ -28,7 +28,7 @@ typedef int (*fsmeta_open_fn)(void *ctx, uint32_t no);
  * directory flagged WSR_FILE_LIST_DIR read to its end (getdents), every other one and every
  * file looked up (O_PATH). Then opens through open_file the marked files a later range reads and
  * the pre-buffer does not open itself (not_opened[file_no] false; NULL: every marked file): the
- * pre-buffer's sweep opens its own, and a file with nothing to read (btrfs inline data) needs
+ * pre-buffer's sweep opens its own, and a file with nothing to read (looked up only) needs
  * only its lookup. Returns 0 or -ENOMEM. */
 int fsmeta_warm(const struct wsr_schedule *s, const bool *not_opened, fsmeta_open_fn open_file, void *ctx,
 		struct fsmeta_stats *st);

@@ -320,7 +320,7 @@ static int metadata_step(struct ctx *c, const uint32_t *order, uint32_t release_
 {
 	uint64_t t0 = mono_ns();
 	/* opened now: the files later ranges read that the pre-buffer's sweep does not open itself;
-	 * not a file with no range at all (btrfs inline data: its lookup is all it needs) */
+	 * not a file with no range at all (looked up only: its lookup is all it needs) */
 	bool *pre = calloc(c->s->nfiles ? c->s->nfiles : 1, 1);
 	bool *later = calloc(c->s->nfiles ? c->s->nfiles : 1, 1);
 	bool *not_opened = calloc(c->s->nfiles ? c->s->nfiles : 1, 1);
