@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -67,13 +66,7 @@ void exit_check_run(int pidfd, const struct wsr_schedule *s, const uint64_t *out
 	x->exited = r > 0;
 	x->t_exit_s = mono_ns() / 1e9;
 	x->evicted_known = true;
-	/* a file with no range (looked up only: an inode the launch only stat'ed) has no fetch to miss */
-	bool *ranged = calloc(s->nfiles ? s->nfiles : 1, 1);
-	for (uint32_t i = 0; ranged && i < s->nranges; i++)
-		ranged[s->ranges[i].file_no] = true;
 	for (uint32_t i = 0; i < s->nfiles; i++) {
-		if (ranged && !ranged[i])
-			continue;
 		int fd = open_same(&s->files[i]);
 		uint64_t inside, outside;
 		if (fd < 0)
@@ -90,7 +83,6 @@ void exit_check_run(int pidfd, const struct wsr_schedule *s, const uint64_t *out
 		x->outside_at_open += before < outside ? before : outside;
 		x->files_checked++;
 	}
-	free(ranged);
 }
 
 void exit_check_write(FILE *f, const struct exit_check *x)
