@@ -17,6 +17,8 @@ from warmstart.db import open_db
 from warmstart.paths import find_helper
 from warmstart.report import markdown
 
+EXIT_SEEN_LATE_S = 0.02   # how much later than the bench's wait the replayer may see an exit
+
 
 def test_catalogue_and_app_parsing():
     cat = apps.catalogue()
@@ -99,7 +101,9 @@ def test_bench_hook_mode_and_run_from_outside_on_the_random_layout(tmp_path):
     assert len(hooked) == 3
     for d in hooked:  # the learner's row of that launch, claimed: its verdict and exact exec-to-exit time
         assert d["bench"]["outcome"] in ("ready", "deadline") and d["feedback"]["judged"] is not None
-        assert 0 < d["bench"]["exec_to_exit_s"] <= d["bench"]["outside_s"]
+        # exec to exit, as the replayer saw the exit (its pidfd poll waking), within fork to exit as
+        # the bench's wait saw it: up to a wake-up's latency later on a busy machine (0.4 ms seen)
+        assert 0 < d["bench"]["exec_to_exit_s"] <= d["bench"]["outside_s"] + EXIT_SEEN_LATE_S, d["bench"]
     cli_runs = [json.loads(r[2]) for r in rows if r[0] == "run-cli"]
     assert len(cli_runs) == 1 and cli_runs[0]["startup_overhead_s"] > 0
     res = doc["results"]["synth"]
