@@ -34,7 +34,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 from ..devices import disk_of
 from ..fiemap import mappable, place
 from ..fs import FileSystems
-from ..fs.metadata import RawReadPolicy
+from ..fs.metadata import RawReadPolicy, directories_on
 from ..model import Extent, FileInfo, ScheduledFile
 from .sequence import Access
 
@@ -214,20 +214,13 @@ class FileMap:
             i = bisect.bisect_right(starts.get(dev, []), ino) - 1
             return (dev, i) if i >= 0 and ino < spans[dev][i][1] else None
 
-        dirs = set()
-        for f in files:
-            d = os.path.dirname(f.path)
-            while d not in dirs and d not in (b"/", b""):
-                dirs.add(d)
-                d = os.path.dirname(d)
         served = {span_of(f.dev, f.ino) for f in files}
         found: List[ScheduledFile] = []
-        for d in sorted(dirs):
+        for d, st in directories_on(f.path for f in files):
+            if st.st_dev not in spans:
+                continue
+            served.add(span_of(st.st_dev, st.st_ino))
             try:
-                st = os.stat(d)
-                if st.st_dev not in spans:
-                    continue
-                served.add(span_of(st.st_dev, st.st_ino))
                 entries = sorted((e.inode(), e.path) for e in os.scandir(d) if e.is_file(follow_symlinks=False))
             except OSError:
                 continue

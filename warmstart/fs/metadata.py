@@ -21,6 +21,7 @@ mount (RawReadPolicy: kept on an ext4 lower layer, dropped on XFS or btrfs).
 """
 
 import os
+import stat
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from ..devices import device_node, disk_of, size_bytes
@@ -55,6 +56,22 @@ def warm_through_fs(devs: Iterable[int], mount_list: Optional[List[Mount]] = Non
     the file system (sorted: a schedule stores it, `fs_metadata_devs`, and its export marks those
     files WSR_FILE_WARM_META)."""
     return sorted(d for d, m in modes(devs, mount_list).items() if m == FS)
+
+
+def directories_on(paths: Iterable[bytes]) -> List[Tuple[bytes, os.stat_result]]:
+    """The directories on these paths ("/" and every parent), sorted by name, with their lstat as
+    of now: what the replayer's metadata step looks up before the paths themselves. One that is
+    gone or no directory now is left out."""
+    names = sorted({p[:i] or b"/" for p in paths for i in range(len(p)) if p[i:i + 1] == b"/"})
+    found = []
+    for d in names:
+        try:
+            st = os.lstat(d)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            found.append((d, st))
+    return found
 
 
 def listed_dirs(devs: Iterable[int], mount_list: Optional[List[Mount]] = None) -> List[int]:

@@ -7,7 +7,6 @@ its own magic, version and checksums across the process boundary (STYLE habit 4)
 """
 
 import os
-import stat
 from dataclasses import dataclass
 from typing import List
 
@@ -88,20 +87,11 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
 
 
 def _directories(paths: List[bytes]) -> List[WsrFile]:
-    """The directories on these paths ("/" and every parent) as of now, for the replayer's
-    metadata step: their (dev, inode) place them among the files in its inode order, and
-    WSR_FILE_LIST_DIR marks those to read whole (FileSystem.list_dirs). An lstat each, no read of
-    their contents; one that is gone or no directory now is left out (the step then reaches it
-    through the lookups of the paths under it)."""
-    names = sorted({p[:i] or b"/" for p in paths for i in range(len(p)) if p[i:i + 1] == b"/"})
-    found = []
-    for d in names:
-        try:
-            st = os.lstat(d)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            found.append((d, st.st_dev, st.st_ino))
+    """The directories on these paths (fs.metadata.directories_on) for the replayer's metadata
+    step: their (dev, inode) place them among the files in its inode order, and WSR_FILE_LIST_DIR
+    marks those to read whole (FileSystem.list_dirs). One that is gone is left out (the step then
+    reaches it through the lookups of the paths under it)."""
+    found = [(d, st.st_dev, st.st_ino) for d, st in metadata.directories_on(paths)]
     listed = set(metadata.listed_dirs({dev for _, dev, _ in found}))
     return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0) for d, dev, ino in found]
 
