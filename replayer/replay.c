@@ -321,19 +321,16 @@ static int metadata_step(struct ctx *c, const uint32_t *order, uint32_t release_
 	uint64_t t0 = mono_ns();
 	/* opened now: the files later ranges read that the pre-buffer's sweep does not open itself;
 	 * not a file with no range at all (looked up only: its lookup is all it needs) */
-	bool *pre = calloc(c->s->nfiles ? c->s->nfiles : 1, 1);
-	bool *later = calloc(c->s->nfiles ? c->s->nfiles : 1, 1);
-	bool *not_opened = calloc(c->s->nfiles ? c->s->nfiles : 1, 1);
-	int rc = -ENOMEM;
-	if (pre && later && not_opened) {
-		for (uint32_t i = 0; i < c->s->nranges; i++)
-			(i < release_at ? pre : later)[c->s->ranges[order[i]].file_no] = true;
-		for (uint32_t i = 0; i < c->s->nfiles; i++)
-			not_opened[i] = pre[i] || !later[i];
-		rc = fsmeta_warm(c->s, not_opened, meta_open, c, &c->st->meta);
-	}
-	free(pre);
-	free(later);
+	uint32_t n = c->s->nfiles;
+	bool *not_opened = malloc(n ? n : 1);
+	if (!not_opened)
+		return -ENOMEM;
+	memset(not_opened, true, n);
+	for (uint32_t i = release_at; i < c->s->nranges; i++)
+		not_opened[c->s->ranges[order[i]].file_no] = false;
+	for (uint32_t i = 0; i < release_at && i < c->s->nranges; i++)
+		not_opened[c->s->ranges[order[i]].file_no] = true;
+	int rc = fsmeta_warm(c->s, not_opened, meta_open, c, &c->st->meta);
 	free(not_opened);
 	c->st->meta.ns = mono_ns() - t0;
 	return rc;
