@@ -106,7 +106,7 @@ class FileMap:
                  used_pages: Optional[Dict[Tuple[int, int], List[Tuple[int, int]]]] = None,
                  raw_policy: Optional[RawReadPolicy] = None):
         self.report = FileMapReport()
-        self.fss = FileSystems()
+        self.fss = raw_policy.fss if raw_policy is not None else FileSystems()
         self.raw_policy = raw_policy    # where unmapped raw ranges help; None: everywhere (no mounts asked)
         self.added_pages = added_pages  # (dev, ino) -> page indexes the launch added; None: unknown
         self.used_pages = used_pages    # (dev, ino) -> sorted (first, last) page runs used; None: keep all

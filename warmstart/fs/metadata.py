@@ -89,12 +89,12 @@ class RawReadPolicy:
 
     def __init__(self, mount_list: Optional[List[Mount]] = None):
         from . import FileSystems
+        self.fss = FileSystems(mount_list)                     # the mounts it was built from
         self._areas: Dict[int, List[Tuple[int, int]]] = {}     # block dev -> sector spans ("bdev")
         self._own_cache: Dict[int, List[Tuple[int, int]]] = {}  # block dev -> spans of "fs" file systems
         self.fstype: Dict[int, str] = {}                      # block dev -> the fs seen on it
         self._unreadable: Dict[int, Optional[str]] = {}       # block dev -> why it cannot be read
-        mount_list = mount_list if mount_list is not None else mounts()
-        for dev0, fsys in FileSystems(mount_list).items():
+        for dev0, fsys in self.fss.items():
             # its block devices: the mount's own, and those its module names (btrfs: its device
             # list; its mount's st_dev is an anonymous device no block request carries)
             own = [dev0] if os.major(dev0) != 0 else []
