@@ -250,6 +250,14 @@ class DiskProfile:
     strip_bytes: int = 0                       # striped array geometry (0: not striped)
     stripe_disks: int = 0
     extra: dict = field(default_factory=dict)  # raw probe data and fit errors, for the report
+    # What requests in flight together save (>= 1; 1 for profiles from before them): `parallel`,
+    # how many times sooner sorted scattered 4 KiB reads complete with many in flight than one at
+    # a time (their positioning overlaps); `parallel_rate`, scattered 1 MiB reads' rate with many in
+    # flight over the fastest place's rate_curve (their transfers overlap). An SSD's requests
+    # overlap, an HDD's barely. The model times one request at a time; the bound's floor
+    # (analyzer/bound.floor_profile) uses them.
+    parallel: float = 1.0
+    parallel_rate: float = 1.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
