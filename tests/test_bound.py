@@ -113,6 +113,10 @@ def test_simple_cases():
     assert bound.cut_bound([one], [0.3], 1.0, None).seconds == 0.3
     assert bound.cut_bound([one, far], [None, None], 1.0, at).seconds == at(one + far)
     assert bound.launch_bound(None, None, None) is None and bound.launch_bound(0.2, 0.5, None) == 0.5
+    # a cut's CPU half counts at most a warm launch after its fetch half (perlpod on the SSD)
+    assert bound.launch_bound(0.336, 0.305, 0.02, 0.019) == 0.019 + 0.305
+    assert bound.launch_bound(0.336, 0.305, 0.02) == 0.336 and bound.launch_bound(0.336, None, 0.02, 0.019) == 0.336
+    assert bound.launch_bound(0.2, 0.1, 0.02, 0.15) == 0.2          # the cap only lowers a cut
 
 
 def test_many_reads_time_a_subset_of_cuts_and_stay_below_every_cut():

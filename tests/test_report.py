@@ -233,6 +233,14 @@ def test_lower_bound_from_the_bench_runs_own_parts(db_path, tmp_path):
     assert "lower bound (LB)" in svg and "thick line: LB" in svg
     only_b0 = json.loads(run(db_path, "--json", "--bench", "b0"))
     assert not only_b0["apps"]   # b0 has no launches: its pass alone makes no row
+    # with its schedule's cut known by halves, a cut counts at most its fetch and then a warm launch
+    sid = conn.execute("SELECT id FROM schedules WHERE app_id = ? AND algorithm = 'ours'", (ids["pyimport"],)).fetchone()[0]
+    conn.execute("UPDATE schedules SET params_json = ? WHERE id = ?", (json.dumps({"bound": {"fetch_s": 0.5}}), sid))
+    insert_sorted_pass(conn, app_id=ids["pyimport"], seconds=0.4, nbytes=10 << 20, ranges=40, disk="hdd7200",
+                       bench_id="b1", schedule_id=sid, schedule_pass_s=0.35, cut_bound_s=0.95)
+    conn.commit()
+    py = {a["app"]: a for a in json.loads(run(db_path, "--json"))["apps"]}["pyimport"]
+    assert py["bound_s"] == pytest.approx(0.5 + 0.19) and py["cut_bound_s"] == 0.95
 
 
 def test_history_marks_the_launches_the_feedback_judged_bad(db_path, tmp_path):

@@ -609,12 +609,14 @@ def results(conn, bench_id: str, doc: dict) -> dict:
         raw = (info.get("raw_pass") or {}).get("seconds")
         sp = info.get("schedule_pass") or {}
         cut = (sp.get("cut") or {}).get("seconds")
-        lb = launch_bound(cut, (s["methods"].get("warm") or {}).get("min"), sp.get("seconds"))
+        lb = launch_bound(cut, (s["methods"].get("warm") or {}).get("min"), sp.get("seconds"),
+                          (sp.get("cut") or {}).get("fetch_s"))
         t_exp = _t_exp(conn, (info.get("schedules") or {}).get("ours"))
         baselines = [x for x in (m.get("reorder"), m.get("interleave")) if x is not None]
         best_baseline = min(baselines) if baselines else None
         out[base] = {
             "app": s["app"], "methods": s["methods"], "bound_s": lb, "cut_bound_s": cut,
+            "cut_fetch_s": (sp.get("cut") or {}).get("fetch_s"),
             "schedule_pass_s": sp.get("seconds"), "t_exp_s": t_exp, "raw_pass_s": raw,
             "warm_or_raw_pass_s": stats.warm_or_raw_pass(m.get("warm"), raw),
             "failed_launches": s["failed_launches"],

@@ -50,11 +50,19 @@ def insert_sorted_pass(conn: sqlite3.Connection, *, app_id: int, seconds: float,
 
 def latest_sorted_passes(conn: sqlite3.Connection) -> dict:
     """(app name, disk, bench id) -> the latest sorted pass of that app on that disk in that bench
-    run (bench id None: measured outside one), as a dict."""
+    run (bench id None: measured outside one), as a dict; `cut_fetch_s`, the fetch half of its
+    schedule's cut bound (None if unknown)."""
     rows = conn.execute(
-        "SELECT a.name AS app, p.* FROM sorted_passes p JOIN apps a ON a.id = p.app_id"
+        "SELECT a.name AS app, p.*, json_extract(s.params_json, '$.bound.fetch_s') AS cut_fetch_s"
+        " FROM sorted_passes p JOIN apps a ON a.id = p.app_id LEFT JOIN schedules s ON s.id = p.schedule_id"
         " ORDER BY p.measured_at, p.id").fetchall()
-    return {(r["app"], r["disk"], r["bench_id"]): dict(r) for r in check_all("sorted_passes", rows)}
+    out = {}
+    for r in check_all("sorted_passes", rows):
+        d = dict(r)
+        if not (type(d["cut_fetch_s"]) in (int, float) and d["cut_fetch_s"] >= 0):
+            d["cut_fetch_s"] = None
+        out[(r["app"], r["disk"], r["bench_id"])] = d
+    return out
 
 
 def apps_with_hook_launches(conn: sqlite3.Connection) -> List[tuple]:

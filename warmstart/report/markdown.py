@@ -89,7 +89,8 @@ def render(doc: dict, command: str = "") -> str:
         "- interleave and reorder (the papers' baselines) fetch the launch's blocks as recorded; reorder-ours "
         "fetches our schedule (gap-merged, with each file's metadata) whole before the launch",
         "- LB, the lower bound (docs/algorithms.md): max(fastest warm; one LBA-sorted O_DIRECT pass of what our schedule "
-        "reads; max over k of the sorted pass of the first k reads + the launch's busy CPU time after read k); "
+        "reads; max over k of the sorted pass of the first k reads + the launch's busy CPU time after read k, "
+        "at most the fastest warm launch); "
         "warm|raw = max(warm, one sorted pass over the recording's raw requests), what older runs called LB"
         + ("; the passes are ESTIMATED from the device profile where the device refused O_DIRECT ("
            + ", ".join(sorted(n for n, a in doc.get("apps", {}).items() if _modelled(a))) + ")"

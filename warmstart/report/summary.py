@@ -149,7 +149,8 @@ def _bound(sp: Optional[dict], rows: list) -> dict:
                 "cut_bound_s": None}
     warm = stats.spread(r["launch_time_s"] for r in rows
                         if r["method"] == "warm" and r["bench_id"] == sp["bench_id"] and r["exit_status"] in (0, None))
-    return {"bound_s": launch_bound(sp.get("cut_bound_s"), warm.min if warm else None, sp.get("schedule_pass_s")),
+    return {"bound_s": launch_bound(sp.get("cut_bound_s"), warm.min if warm else None, sp.get("schedule_pass_s"),
+                                    sp.get("cut_fetch_s")),
             "warm_or_raw_pass_s": stats.warm_or_raw_pass(warm.median, sp["seconds"]) if warm else None,
             "raw_pass_s": sp["seconds"], "schedule_pass_s": sp.get("schedule_pass_s"),
             "cut_bound_s": sp.get("cut_bound_s")}
