@@ -284,6 +284,23 @@ def test_the_floor_divides_by_what_requests_in_flight_save():
     assert bound.floor_profile(dataclasses.replace(MODEL, parallel=0.5)).access_time(far) == HDD.access_time(far)
 
 
+def test_the_model_times_a_fetch_as_the_replayer_queues_it():
+    """DiskProfile.in_flight: the profile itself where requests in flight save nothing (an HDD);
+    else overhead and switches divided by `parallel`, rates times `parallel_rate`."""
+    import dataclasses
+    from warmstart.analyzer.access import ModelCost
+    assert MODEL.in_flight() is MODEL
+    ssd = dataclasses.replace(MODEL, parallel=4.0, parallel_rate=2.0)
+    small = [(1, i << 24, 4096) for i in range(64)]      # scattered: switches and overheads
+    big = [(1, 0, 64 << 20)]                              # one long transfer
+    assert abs(ssd.in_flight().access_time(small) - MODEL.access_time(small) / 4) < 0.01 * MODEL.access_time(small)
+    assert abs(ssd.in_flight().access_time(big) - (MODEL.c_switch_s / 4 + (MODEL.access_time(big) - MODEL.c_switch_s
+                                                                            - MODEL.overhead_s) / 2
+                                                    + MODEL.overhead_s / 4)) < 1e-9
+    table = PieceTable([[Piece(1, s // 512, n // 512, False, None, 0, n)] for _, s, n in small])
+    assert ModelCost(table, ssd).measure(0, 63) == ssd.in_flight().access_time(small)
+
+
 def test_on_an_ssd_the_floor_is_below_many_reads_in_flight(tmp_path):
     """An SSD serves requests in parallel: profile-disk measures what that saves, and the bound's
     floored pass over scattered 1 MiB reads stays below what warmstart-probe takes for them with

@@ -269,6 +269,19 @@ class DiskProfile:
         d["rate_curve"] = [tuple(x) for x in d["rate_curve"]]
         return cls(**d)
 
+    def in_flight(self) -> "DiskProfile":
+        """The profile of a fetch with many requests in flight, as the replayer's (its engines
+        queue each segment's ranges without waiting): overhead and switches divided by `parallel`,
+        rates times `parallel_rate`. Itself where both are 1 (an HDD, or a profile from before)."""
+        par, rate = max(1.0, self.parallel), max(1.0, self.parallel_rate)
+        if par == 1.0 and rate == 1.0:
+            return self
+        import dataclasses
+        return dataclasses.replace(self, seek_curve=[(d, t / par) for d, t in self.seek_curve],
+                                   c_switch_s=self.c_switch_s / par, overhead_s=self.overhead_s / par,
+                                   rate_curve=[(o, r * rate) for o, r in self.rate_curve],
+                                   r_tr_Bps=self.r_tr_Bps * rate, parallel=1.0, parallel_rate=1.0)
+
     @property
     def gap_merge_bytes(self) -> int:
         """Competitive prefetch depth: what transfers during one average switch (C_switch x R_tr)."""

@@ -32,9 +32,11 @@ def _merge_contiguous(starts, lengths) -> List[Tuple[int, int]]:
 
 
 class ModelCost(Cost):
+    """DISK_ACCESS of the profile as the replayer fetches: many requests in flight."""
+
     def __init__(self, table: PieceTable, profile: DiskProfile):
         super().__init__()
-        self.table, self.profile = table, profile
+        self.table, self.profile = table, profile.in_flight()
 
     def measure(self, a: int, b: int) -> float:
         dev, start, length = self.table.arrays(a, b)
@@ -105,12 +107,13 @@ def schedule_cost(sched: Schedule, profile: DiskProfile, locate: Optional[Locate
     locate, or where it returns None); each segment is fetched in the schedule's fetch order of
     those places."""
     per, requests, seeks = [], 0, 0
+    fetch = profile.in_flight()
     metadata_first = sched.params.get("metadata_first", True)
     for seg in sched.segments:
         placed = [Range(r.dev, run[0], run[1], run[1] * 512, r.file) for r in seg.ranges
                   for run in ((locate(r) if locate else None) or [(r.sector, r.nr_sectors)])]
         runs = [(r.dev, r.sector * 512, r.nr_sectors * 512) for r in fetch_order(placed, metadata_first)]
-        per.append(profile.access_time(runs))
+        per.append(fetch.access_time(runs))
         prev = None
         for dev, start, length in runs:
             gap = None if prev is None or prev[0] != dev else start - prev[1]
@@ -170,9 +173,10 @@ class DiskCost(Cost):
     at all; `unprobed` says which and why, and the analysis reports it."""
 
     def __init__(self, table: PieceTable, budget_s: Optional[float] = None,
-                 paths: Optional[Dict[int, str]] = None, fallback: Optional[Dict[int, DiskProfile]] = None):
+                 paths: Optional[Dict[int, str]] = None, fallback: Optional[Dict[int, DiskProfile]] = None,
+                 qd: int = 1):
         super().__init__()
-        self.table = table
+        self.table, self.qd = table, qd
         self.paths = {d: p for d, p in (paths or {}).items() if p}
         self.fallback = dict(fallback or {})
         self.unprobed: Dict[int, str] = {}
@@ -209,12 +213,14 @@ class DiskCost(Cost):
             if path is None:
                 prof = self.fallback.get(int(dev[i]))
                 if prof is not None:
-                    total += prof.access_time_arrays(dev[i:j], start[i:j], length[i:j])
+                    total += prof.in_flight().access_time_arrays(dev[i:j], start[i:j], length[i:j])
                 i = j
                 continue
-            ranges = [(0, 4096)] + _merge_contiguous(start[i:j], length[i:j])
-            r = run(path, ranges)
-            total += r.elapsed_s - r.request_s[0]
+            if self.qd == 1:     # after a positioning read (not counted): where the head was is unknown
+                r = run(path, [(0, 4096)] + _merge_contiguous(start[i:j], length[i:j]))
+                total += r.elapsed_s - r.request_s[0]
+            else:
+                total += run(path, _merge_contiguous(start[i:j], length[i:j]), qd=self.qd).elapsed_s
             i = j
         self.probe_s += total
         return total

@@ -27,7 +27,7 @@ from .ext4meta import MetadataFinder
 from .filemap import FileMap, Piece
 from .gapmerge import merge_gaps
 from .ordering import PieceTable
-from .profile import main_dev, model_profile, profile_without_node, stored_profile
+from .profile import PARALLEL_QD, main_dev, model_profile, profile_without_node, stored_profile
 from .segment import Result, launch_time, optimise, paper, reorder
 from .sequence import Access, LaunchSequence, from_requests, merge_recordings
 from .strips import geometry_from_sysfs, split_at_strips, whole_stripes
@@ -248,7 +248,10 @@ def cost_setup(conn, items, table: PieceTable, opts: Options, cold_s: float) -> 
         fallback = {d: row[1] for d in others for row in [profile_db.latest_profile(conn, d)] if row}
         if prof:
             fallback[dev] = prof
-        disk = DiskCost(table, budget_s=opts.disk_budget_factor * cold_s, paths={dev: dev_path}, fallback=fallback)
+        # probed as the replayer fetches: with many requests in flight where that saves time
+        qd = PARALLEL_QD if prof is not None and prof.in_flight() is not prof else 1
+        disk = DiskCost(table, budget_s=opts.disk_budget_factor * cold_s, paths={dev: dev_path}, fallback=fallback,
+                        qd=qd)
     return CostSetup(dev, dev_path, prof, profile_id, method, model, disk, notes)
 
 
