@@ -120,18 +120,15 @@ def floor_profile(prof):
     charges a request's overhead, so reading through a hole (one request) can cost less than
     skipping it (two). With both floors one sorted pass never costs more than any schedule of
     the same or more blocks, however it is cut into segments (tests/test_bound.py). And the
-    model times one request at a time, which is not a parallel device's best: switches are
-    divided by what requests in flight together save on scattered small reads (prof.parallel),
-    and every place transfers at the fastest rate measured, times what many requests in flight
-    gain on it (prof.parallel_rate; both from profile-disk, 1 for an HDD). One rate for all
-    places: the rate curve's places are timed one 3 MiB run each, ±5 % apart on an SSD whose
-    places are all alike."""
+    floor starts from the profile as the replayer fetches, many requests in flight
+    (DiskProfile.in_flight: the profile itself on an HDD), and every place transfers at the
+    fastest rate measured: the rate curve's places are timed one 3 MiB run each, ±5 % apart on an
+    SSD whose places are all alike."""
     import dataclasses
-    par = max(1.0, prof.parallel)
-    peak = max([r for _, r in prof.rate_curve] + [prof.r_tr_Bps]) * max(1.0, prof.parallel_rate)
-    return dataclasses.replace(prof, seek_curve=[(d, min(t, prof.c_switch_s) / par) for d, t in prof.seek_curve],
-                               c_switch_s=prof.c_switch_s / par, overhead_s=0.0,
-                               rate_curve=[(o, peak) for o, _ in prof.rate_curve], r_tr_Bps=peak)
+    fetch = prof.in_flight()
+    peak = max([r for _, r in fetch.rate_curve] + [fetch.r_tr_Bps])
+    return dataclasses.replace(fetch, seek_curve=[(d, min(t, fetch.c_switch_s)) for d, t in fetch.seek_curve],
+                               overhead_s=0.0, rate_curve=[(o, peak) for o, _ in fetch.rate_curve], r_tr_Bps=peak)
 
 
 def of_analysis(items, busy_after_ns: Sequence[Optional[int]], cpu_scale: float, prof, dev: int,

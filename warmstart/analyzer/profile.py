@@ -2,7 +2,7 @@
 
 After competitive-prefetching.md §5: f_seek (switch time vs distance, average rotational delay
 included) and f_transfer (sequential rate vs location), from which C_switch (the mean switch
-between random points of the device) and R_tr follow. Probes, all QD 1 through warmstart-probe:
+between random points of the device) and R_tr follow. Probes through warmstart-probe, QD 1 unless said:
 - rate: at 8 places, a positioning read then 4 x 1 MiB sequential reads (the first is not counted);
 - overhead: 16 back-to-back 4 KiB reads (the drive streams them: what is left is per-request cost);
 - seek: for ~16 distances from 64 KiB to 90% of the device, SAMPLES pairs (random x, then x - d),
