@@ -242,7 +242,8 @@ def raw_pass_s(conn, name: str, disk_dev: int, repeat: int = 3) -> Optional[dict
     """Time to read all of the blocks the app's latest recording read (its raw requests, on the
     disk under test: disk_dev where it has any) in one LBA-sorted O_DIRECT pass. Not a bound: the
     raw requests hold readahead the launch never used, and not what a schedule reads; with the
-    warm launch it gives the old "LB", max(warm, raw pass), kept for comparison with older runs."""
+    warm launch it gives the old "LB", max(warm, raw pass), kept for comparison with older runs
+    (and timed as they timed it, one request at a time)."""
     app = get_app(conn, name)
     recs = list_recordings(conn, app["id"]) if app else []
     if not recs:
@@ -252,11 +253,11 @@ def raw_pass_s(conn, name: str, disk_dev: int, repeat: int = 3) -> Optional[dict
     if not reqs:
         return None
     dev = disk_dev if any(r.dev == disk_dev for r in reqs) else main_dev(conn, reqs)
-    timed = timed_pass(conn, dev, [(r.sector, r.nr_sectors) for r in reqs if r.dev == dev], repeat)
+    timed = timed_pass(conn, dev, [(r.sector, r.nr_sectors) for r in reqs if r.dev == dev], repeat, depths=(1,))
     return {**timed, "app_id": app["id"], "recording_id": rid}
 
 
-def schedule_pass_s(conn, sched_id: int, disk_dev: int, repeat: int = 3) -> Optional[dict]:
+def schedule_pass_s(conn, sched_id: int, disk_dev: int, repeat: int = 2) -> Optional[dict]:
     """Time to read exactly what schedule sched_id reads (its ranges on disk_dev, or on its most
     read device) in one LBA-sorted O_DIRECT pass: the disk part of the lower bound (bound.py)."""
     from ..db.schedules import load_schedule
@@ -276,10 +277,10 @@ def schedule_pass_s(conn, sched_id: int, disk_dev: int, repeat: int = 3) -> Opti
 PASS_DEPTHS = (1, 32)
 
 
-def timed_pass(conn, dev: int, extents, repeat: int = 3) -> dict:
+def timed_pass(conn, dev: int, extents, repeat: int = 3, depths=PASS_DEPTHS) -> dict:
     """One LBA-sorted O_DIRECT pass over extents [(sector, nr_sectors)] of dev (overlapping or
-    touching ones read once), median of `repeat` runs of warmstart-probe at each of PASS_DEPTHS,
-    the fastest (`depth` says which); where the node refuses O_DIRECT (this VM's own disk), the
+    touching ones read once), median of `repeat` runs of warmstart-probe at each of `depths`, the
+    fastest (`depth` says which); where the node refuses O_DIRECT (this VM's own disk), the
     stored profile's estimate, marked "modelled"."""
     ranges, end = [], -1
     for sector, nr in sorted(extents):
@@ -302,7 +303,7 @@ def timed_pass(conn, dev: int, extents, repeat: int = 3) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".ranges") as f:
         f.write("".join(f"{s * 512} {n * 512}\n" for s, n in ranges))
         f.flush()
-        for qd in PASS_DEPTHS:
+        for qd in depths:
             r = subprocess.run([str(helper_binary("warmstart-probe")), "-q", str(qd), "-r", str(repeat), "-f", f.name,
                                 node], capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
