@@ -100,7 +100,7 @@ def launch_bound(cut_s: Optional[float], warm_s: Optional[float], schedule_pass_
     after its fetch: its CPU half is work the launch does after a read, which run warm is part
     of a warm launch. The CPU half comes from one recording's CPU and the CPU ratio of one warm
     run (cpu_scale); measured high, it put perlpod's cut on the emulated SSD at 0.336 s, above
-    a launch of 0.331 s and a warm one of 0.305 s."""
+    its prefetched launches (0.322-0.331 s) and warm ones (0.307-0.312 s)."""
     if cut_s is not None and warm_s is not None and cut_fetch_s is not None:
         cut_s = min(cut_s, cut_fetch_s + warm_s)
     known = [x for x in (cut_s, warm_s, schedule_pass_s) if x is not None]
