@@ -325,7 +325,7 @@ def test_on_an_ssd_the_floor_is_below_many_reads_in_flight(tmp_path):
         serial = bound.sorted_pass(reads, bound.floor_profile(dataclasses.replace(prof, parallel_rate=1.0)).access_time)
         print(f"ssd: parallel {prof.parallel:.2f}, parallel_rate {prof.parallel_rate:.2f}; 24 MiB scattered: "
               f"floor {floor:.4f} s, one at a time {serial:.4f} s, 32 in flight {t32:.4f} s")
-        assert prof.parallel > 2.0 and prof.parallel_rate > 1.05
+        assert prof.parallel > 1.5 and prof.parallel_rate > 1.05
         # the floor is the device's best rate as profile-disk measured it: equal to the probe's
         # within their run-to-run spread (2 %); one request at a time is clearly slower
         assert floor <= 1.02 * t32 and serial > 1.05 * t32
