@@ -269,13 +269,19 @@ class DiskProfile:
         d["rate_curve"] = [tuple(x) for x in d["rate_curve"]]
         return cls(**d)
 
+    @property
+    def overlaps(self) -> bool:
+        """Whether requests in flight together complete sooner than one at a time (an SSD: yes;
+        an HDD, or a profile from before they were measured: no)."""
+        return self.parallel > 1.0 or self.parallel_rate > 1.0
+
     def in_flight(self) -> "DiskProfile":
         """The profile of a fetch with many requests in flight, as the replayer's (its engines
         queue each segment's ranges without waiting): overhead and switches divided by `parallel`,
-        rates times `parallel_rate`. Itself where both are 1 (an HDD, or a profile from before)."""
-        par, rate = max(1.0, self.parallel), max(1.0, self.parallel_rate)
-        if par == 1.0 and rate == 1.0:
+        rates times `parallel_rate`. Itself unless it `overlaps`."""
+        if not self.overlaps:
             return self
+        par, rate = max(1.0, self.parallel), max(1.0, self.parallel_rate)
         import dataclasses
         return dataclasses.replace(self, seek_curve=[(d, t / par) for d, t in self.seek_curve],
                                    c_switch_s=self.c_switch_s / par, overhead_s=self.overhead_s / par,

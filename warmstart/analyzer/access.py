@@ -169,8 +169,9 @@ def remodel(conn, sched: Schedule) -> str:
 
 class DiskCost(Cost):
     """Devices that cannot be read with O_DIRECT (another file system the launch touched, e.g. the
-    root disk of a chroot) are costed by their profile in `fallback` if there is one, else not
-    at all; `unprobed` says which and why, and the analysis reports it."""
+    root disk of a chroot) are costed by their profile in `fallback` if there is one (as fetched,
+    DiskProfile.in_flight), else not at all; `unprobed` says which and why, and the analysis
+    reports it."""
 
     def __init__(self, table: PieceTable, budget_s: Optional[float] = None,
                  paths: Optional[Dict[int, str]] = None, fallback: Optional[Dict[int, DiskProfile]] = None,
@@ -178,7 +179,7 @@ class DiskCost(Cost):
         super().__init__()
         self.table, self.qd = table, qd
         self.paths = {d: p for d, p in (paths or {}).items() if p}
-        self.fallback = dict(fallback or {})
+        self.fallback = {d: p.in_flight() for d, p in (fallback or {}).items()}
         self.unprobed: Dict[int, str] = {}
         self.deadline = None if budget_s is None else time.monotonic() + budget_s
         self.probe_s = 0.0
@@ -213,7 +214,7 @@ class DiskCost(Cost):
             if path is None:
                 prof = self.fallback.get(int(dev[i]))
                 if prof is not None:
-                    total += prof.in_flight().access_time_arrays(dev[i:j], start[i:j], length[i:j])
+                    total += prof.access_time_arrays(dev[i:j], start[i:j], length[i:j])
                 i = j
                 continue
             if self.qd == 1:     # after a positioning read (not counted): where the head was is unknown

@@ -249,7 +249,7 @@ def cost_setup(conn, items, table: PieceTable, opts: Options, cold_s: float) -> 
         if prof:
             fallback[dev] = prof
         # probed as the replayer fetches: with many requests in flight where that saves time
-        qd = PARALLEL_QD if prof is not None and prof.in_flight() is not prof else 1
+        qd = PARALLEL_QD if prof is not None and prof.overlaps else 1
         disk = DiskCost(table, budget_s=opts.disk_budget_factor * cold_s, paths={dev: dev_path}, fallback=fallback,
                         qd=qd)
     return CostSetup(dev, dev_path, prof, profile_id, method, model, disk, notes)
