@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from ..errors import WarmstartError
+from ..procs import running
 from . import chroot, hddsim, image as images, profiles, sysops
 
 STATE_ROOT = Path(os.environ.get("WARMSTART_EMU_STATE", "/run/warmstart-emu"))
@@ -147,7 +148,7 @@ class EmuDisk:
     def healthy(self) -> bool:
         """Everything of the stack still in place: daemon, FUSE mount, loop device, file system mount."""
         if self.fuse_dir is not None:
-            if not sysops.pid_alive(self._state.get("hddsim_pid"), "hddsim"):
+            if not running(self._state.get("hddsim_pid"), "hddsim"):
                 return False
             try:
                 hddsim.read_stats(self.fuse_dir)

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 from ..errors import WarmstartError
 from ..mountinfo import mounts
+from ..procs import running
 
 
 def run(argv: List, fix: str = "", **kw) -> subprocess.CompletedProcess:
@@ -123,34 +124,10 @@ def set_queue(dev: str, rotational: bool, scheduler: str) -> None:
 
 # ---- processes ------------------------------------------------------------------------------
 
-def _reap(pid: int) -> None:
-    # If this process started the daemon, collect its exit status so no zombie stays behind.
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def pid_alive(pid: Optional[int], cmdline_contains: str) -> bool:
-    """True if pid runs and its command line contains cmdline_contains (a reused pid is not ours)."""
-    if not pid:
-        return False
-    _reap(pid)
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read()
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                return False
-    except OSError:
-        return False
-    return os.fsencode(cmdline_contains) in cmd
-
-
 def stop_process(pid: Optional[int], cmdline_contains: str, timeout: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after timeout; only if pid is still the process we started."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
-        if not pid_alive(pid, cmdline_contains):
+        if not running(pid, cmdline_contains):
             return
         try:
             os.kill(pid, sig)
@@ -158,6 +135,6 @@ def stop_process(pid: Optional[int], cmdline_contains: str, timeout: float = 5.0
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if not pid_alive(pid, cmdline_contains):
+            if not running(pid, cmdline_contains):
                 return
             time.sleep(0.05)

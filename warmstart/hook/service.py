@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import WarmstartError
+from ..procs import running
 from ..paths import checkout_root, doc_path, helper_binary, open_private_append, private_dir, replace_file
 from .config import HookConfig
 from .layout import HookPaths
@@ -41,8 +42,7 @@ def daemon_args(paths: HookPaths, cfg: Optional[HookConfig] = None):
 def learner_running(paths: HookPaths) -> Optional[int]:
     try:
         pid = int(paths.learner_pidfile.read_text().split()[0])
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return pid if b"learner" in f.read() else None
+        return pid if running(pid, "learner") else None
     except (OSError, ValueError, IndexError):
         return None
 
@@ -121,14 +121,9 @@ def start_learner(paths: HookPaths, db_path: str, use_systemd: Optional[bool] = 
 
 def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        except ChildProcessError:
-            pass
+    while time.monotonic() < deadline and running(pid):
         time.sleep(0.02)
-    if os.path.exists(f"/proc/{pid}"):
+    if running(pid):
         os.kill(pid, signal.SIGKILL)
 
 
@@ -147,8 +142,7 @@ def running_pid(paths: HookPaths) -> Optional[int]:
     """The watchdog's pid if the pidfile names a live warmstartd (not a recycled pid)."""
     try:
         pid = int(paths.pidfile.read_text().split()[0])
-        with open(f"/proc/{pid}/comm") as f:
-            return pid if f.read().strip().startswith("warmstartd") else None
+        return pid if running(pid, "warmstartd") else None
     except (OSError, ValueError, IndexError):
         return None
 

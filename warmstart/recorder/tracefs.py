@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from ..errors import WarmstartError
+from ..procs import running
 from .events import Event, parse_lines
 
 TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
@@ -55,16 +56,6 @@ def instance_name(role: str) -> str:
     return f"{PREFIX}{os.getpid()}-{role}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 BUSY_WAIT_S = 2.0   # how long a removal waits for an instance's files to be closed
 
 
@@ -92,7 +83,7 @@ def remove_stale_instances(root: Path) -> List[str]:
         if not name.startswith(PREFIX):
             continue
         pid_part = name[len(PREFIX):].split("-", 1)[0]
-        if not pid_part.isdigit() or _pid_alive(int(pid_part)):
+        if not pid_part.isdigit() or running(int(pid_part)):
             continue
         try:
             _remove(inst / name)

@@ -1,0 +1,32 @@
+"""Whether a process we started or named in a pidfile still runs: the one test every stop and
+clean-up uses.
+
+A process that has exited but not been reaped (a zombie) does not run, though /proc still lists
+it and kill(pid, 0) succeeds: a daemon started with its own session is reaped by PID 1, which in a
+container or sandbox may take a second or more; waiting for /proc to forget it would make every
+stop wait that long.
+"""
+
+import os
+from typing import Optional, Union
+
+
+def running(pid: Optional[int], cmdline_contains: Union[str, bytes] = b"") -> bool:
+    """True if pid runs (not a zombie) and its command line contains cmdline_contains (a reused
+    pid is not ours). Reaps pid first if it is our exited child."""
+    if not pid:
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                return False
+        if not cmdline_contains:
+            return True
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return os.fsencode(cmdline_contains) in f.read()
+    except (OSError, IndexError):
+        return False
