@@ -33,6 +33,11 @@ def test_an_exited_process_its_parent_has_not_reaped_does_not_run():
 def test_a_reused_pid_is_not_ours_and_our_own_child_is_reaped():
     p = subprocess.Popen(["sleep", "30"])
     try:
+        # the new command line shows a moment after Popen returns (exec sets it up after it has
+        # closed the descriptor Popen waits on)
+        deadline = time.monotonic() + 5
+        while not running(p.pid, b"sleep") and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert running(p.pid) and running(p.pid, b"sleep") and not running(p.pid, "hddsim")
     finally:
         p.kill()
