@@ -5,6 +5,10 @@ from a cold cache in several orders on a fresh emulated hdd7200 of the same syst
 (median of --reps) and the disk's block reads.
 
     python3 scripts/fsmeta-bench/order.py --fs xfs --apps vim,python [--db /var/lib/warmstart/bench.db]
+    python3 scripts/fsmeta-bench/order.py --disk ssd --fs xfs --apps vim,python --threads 4,16
+
+--threads adds the one-pass orders run by that many threads taking the pass's steps in order
+(an emulated SSD serves requests in flight together; the emulated hdd7200 in arrival order).
 
 Root; the bench must have recorded the apps on that file system (their schedules name the bench
 disk's mount point, mapped here onto this script's own)."""
@@ -17,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -25,12 +30,13 @@ from warmstart.emudisk import EmuDisk                      # noqa: E402
 from warmstart.recorder.coldcache import drop_caches      # noqa: E402
 
 
-def schedule_paths(db, app: str, fs: str, mnt: str):
+def schedule_paths(db, app: str, disk: str, fs: str, mnt: str):
     rows = db.execute("SELECT sf.path FROM schedule_files sf JOIN schedules s ON s.id = sf.schedule_id "
                       "JOIN apps a ON a.id = s.app_id WHERE a.name = ? AND s.active = 1",
-                      (f"{app}-hdd7200.{fs}",)).fetchall()
+                      (f"{app}-{disk}.{fs}",)).fetchall()
     if not rows:
-        sys.exit(f"no active schedule of {app}-hdd7200.{fs}: run `warmstart bench --fs {fs} --apps {app}` first")
+        sys.exit(f"no active schedule of {app}-{disk}.{fs}: run `warmstart bench --disk {disk} --fs {fs} "
+                 f"--apps {app}` first")
     paths = [mnt + os.fsdecode(p)[os.fsdecode(p).index("/mnt/") + 4:] for (p,) in rows]
     return [p for p in paths if os.path.isfile(p)]      # the bench's own files are not in the image
 
@@ -63,13 +69,15 @@ def main():
     ap.add_argument("--apps", default="vim,python")
     ap.add_argument("--db", default="/var/lib/warmstart/bench.db")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--disk", default="hdd7200", choices=("hdd7200", "ssd"))
+    ap.add_argument("--threads", default="", help="comma-separated thread counts for the one-pass orders")
     a = ap.parse_args()
-    disk = EmuDisk.up("fsmeta-order", profile="hdd7200", image="system", fs=a.fs)
+    disk = EmuDisk.up("fsmeta-order", profile=a.disk, image="system", fs=a.fs)
     mnt = str(disk.mountpoint)
     db = sqlite3.connect(a.db)
     try:
         for app in a.apps.split(","):
-            files = schedule_paths(db, app, a.fs, mnt)
+            files = schedule_paths(db, app, a.disk, a.fs, mnt)
             dirs = sorted({os.path.dirname(p[:i]) for p in files for i in range(len(mnt) + 1, len(p) + 1)
                            if p[i - 1:i] == "/"} | {os.path.dirname(p) for p in files})
             dirs = [d for d in dirs if len(d) >= len(mnt)]
@@ -99,6 +107,13 @@ def main():
             if phys:
                 orders["one pass, each step at the disk address it reads first"] = \
                     lambda: [os.listdir(x) if kind == "list" else os.lstat(x) for kind, x in phys]
+            for n in [int(x) for x in a.threads.split(",") if x]:
+                def threaded(step, n=n):
+                    with ThreadPoolExecutor(n) as pool:
+                        list(pool.map(step, by_ino))
+                orders[f"one pass, directories read whole, {n} threads"] = \
+                    lambda threaded=threaded: threaded(lambda x: os.listdir(x) if x in depth else os.lstat(x))
+                orders[f"one pass, lookups only, {n} threads"] = lambda threaded=threaded: threaded(os.lstat)
             times, reads = {k: [] for k in orders}, {}
             for _ in range(a.reps):
                 for name, run in orders.items():
@@ -108,7 +123,7 @@ def main():
                     run()
                     times[name].append((time.monotonic() - t0) * 1000)
                     reads[name] = disk.stats()["reads"]
-            print(f"{a.fs} {app}: {len(files)} files, {len(dirs)} directories")
+            print(f"{a.disk} {a.fs} {app}: {len(files)} files, {len(dirs)} directories")
             for name in orders:
                 print(f"  {name}: {statistics.median(times[name]):.0f} ms, {reads[name]} reads")
     finally:
