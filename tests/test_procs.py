@@ -30,7 +30,7 @@ def test_an_exited_process_its_parent_has_not_reaped_does_not_run():
         parent.wait()
 
 
-def test_a_reused_pid_is_not_ours_and_our_own_child_is_reaped():
+def test_a_reused_pid_is_not_ours_and_our_own_child_is_reaped_when_asked():
     p = subprocess.Popen(["sleep", "30"])
     try:
         # the new command line shows a moment after Popen returns (exec sets it up after it has
@@ -44,5 +44,6 @@ def test_a_reused_pid_is_not_ours_and_our_own_child_is_reaped():
     deadline = time.monotonic() + 5
     while running(p.pid) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not running(p.pid) and not os.path.exists(f"/proc/{p.pid}")   # reaped, not left a zombie
+    assert not running(p.pid) and os.path.exists(f"/proc/{p.pid}")   # a zombie: not reaped unless asked
+    assert not running(p.pid, reap=True) and not os.path.exists(f"/proc/{p.pid}")
     assert not running(None) and not running(0)

@@ -11,15 +11,17 @@ import os
 from typing import Optional, Union
 
 
-def running(pid: Optional[int], cmdline_contains: Union[str, bytes] = b"") -> bool:
+def running(pid: Optional[int], cmdline_contains: Union[str, bytes] = b"", reap: bool = False) -> bool:
     """True if pid runs (not a zombie) and its command line contains cmdline_contains (a reused
-    pid is not ours). Reaps pid first if it is our exited child."""
+    pid is not ours). reap: if pid is our exited child, collect its exit status so no zombie stays
+    behind (only for a process nothing else waits for: a Popen waiting on it would then see 0)."""
     if not pid:
         return False
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+    if reap:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):

@@ -127,7 +127,7 @@ def set_queue(dev: str, rotational: bool, scheduler: str) -> None:
 def stop_process(pid: Optional[int], cmdline_contains: str, timeout: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after timeout; only if pid is still the process we started."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
-        if not running(pid, cmdline_contains):
+        if not running(pid, cmdline_contains, reap=True):
             return
         try:
             os.kill(pid, sig)
@@ -135,6 +135,6 @@ def stop_process(pid: Optional[int], cmdline_contains: str, timeout: float = 5.0
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if not running(pid, cmdline_contains):
+            if not running(pid, cmdline_contains, reap=True):
                 return
             time.sleep(0.05)

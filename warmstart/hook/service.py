@@ -121,9 +121,9 @@ def start_learner(paths: HookPaths, db_path: str, use_systemd: Optional[bool] = 
 
 def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and running(pid):
+    while time.monotonic() < deadline and running(pid, reap=True):   # ours if we started it
         time.sleep(0.02)
-    if running(pid):
+    if running(pid, reap=True):
         os.kill(pid, signal.SIGKILL)
 
 
