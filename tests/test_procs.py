@@ -39,6 +39,8 @@ def test_a_reused_pid_is_not_ours_and_our_own_child_is_reaped_when_asked():
         while not running(p.pid, b"sleep") and time.monotonic() < deadline:
             time.sleep(0.01)
         assert running(p.pid) and running(p.pid, b"sleep") and not running(p.pid, "hddsim")
+        # by its name, as the hook service knows warmstartd (a command line may merely mention it)
+        assert running(p.pid, comm_prefix="sleep") and not running(p.pid, comm_prefix="warmstartd")
     finally:
         p.kill()
     deadline = time.monotonic() + 5

@@ -11,10 +11,12 @@ import os
 from typing import Optional, Union
 
 
-def running(pid: Optional[int], cmdline_contains: Union[str, bytes] = b"", reap: bool = False) -> bool:
-    """True if pid runs (not a zombie) and its command line contains cmdline_contains (a reused
-    pid is not ours). reap: if pid is our exited child, collect its exit status so no zombie stays
-    behind (only for a process nothing else waits for: a Popen waiting on it would then see 0)."""
+def running(pid: Optional[int], cmdline_contains: Union[str, bytes] = b"", reap: bool = False,
+            comm_prefix: Union[str, bytes] = b"") -> bool:
+    """True if pid runs (not a zombie), its command line contains cmdline_contains and its name
+    (comm) starts with comm_prefix (a reused pid is not ours). reap: if pid is our exited child,
+    collect its exit status so no zombie stays behind (only for a process nothing else waits for:
+    a Popen waiting on it would then see 0)."""
     if not pid:
         return False
     if reap:
@@ -24,11 +26,13 @@ def running(pid: Optional[int], cmdline_contains: Union[str, bytes] = b"", reap:
             pass
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
-                return False
+            stat = f.read()        # "pid (comm) state ..."
+        comm, rest = stat[stat.index(b"(") + 1:].rsplit(b")", 1)
+        if rest.split()[0] in (b"Z", b"X") or not comm.startswith(os.fsencode(comm_prefix)):
+            return False
         if not cmdline_contains:
             return True
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return os.fsencode(cmdline_contains) in f.read()
-    except (OSError, IndexError):
+    except (OSError, ValueError, IndexError):
         return False

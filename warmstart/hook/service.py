@@ -142,7 +142,7 @@ def running_pid(paths: HookPaths) -> Optional[int]:
     """The watchdog's pid if the pidfile names a live warmstartd (not a recycled pid)."""
     try:
         pid = int(paths.pidfile.read_text().split()[0])
-        return pid if running(pid, "warmstartd") else None
+        return pid if running(pid, comm_prefix="warmstartd") else None
     except (OSError, ValueError, IndexError):
         return None
 

@@ -18,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import WarmstartError
 from ..paths import helper_binary
+from ..procs import running
 from ..signature import split_launcher
 
 HELPER = "ws-spec-run"
@@ -226,15 +227,7 @@ def wait_gone(pids: Sequence[int], timeout: float = 2.0) -> List[int]:
     deadline = time.monotonic() + timeout
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _alive(p)]
+        alive = [p for p in alive if running(p)]
         if alive:
             time.sleep(0.01)
     return alive
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
