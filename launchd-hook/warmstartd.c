@@ -45,23 +45,55 @@ static void usage(FILE *f)
 		"  kill -USR1 $(cat /run/warmstart/warmstartd.pid)   # refresh the --stats file\n");
 }
 
-static char worker_state(pid_t pid)
+/* /proc/PID/NAME into buf, NUL-terminated ("" if unreadable). */
+static void read_proc(pid_t pid, const char *name, char *buf, size_t size)
 {
-	char path[64], buf[512], *p;
-	ssize_t n;
+	char path[64];
+	ssize_t n = -1;
 	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return '?';
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return '?';
-	buf[n] = '\0';
+	if (fd >= 0) {
+		n = read(fd, buf, size - 1);
+		close(fd);
+	}
+	buf[n > 0 ? n : 0] = '\0';
+}
+
+static char worker_state(pid_t pid)
+{
+	char buf[512], *p;
+
+	read_proc(pid, "stat", buf, sizeof(buf));
 	p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
 	return p && p[1] == ' ' ? p[2] : '?';
+}
+
+/* Where a hung worker is, for the log: its state, the system call it is in, and the kernel
+ * functions it waits in ("a < b < c", innermost first; root reads /proc/PID/stack). */
+static void where_stuck(pid_t pid, char *out, size_t size)
+{
+	char sys[256], stack[2048], *line, *save = NULL;
+	size_t len;
+	int frames = 0;
+
+	read_proc(pid, "syscall", sys, sizeof(sys));
+	sys[strcspn(sys, " \n")] = '\0';
+	read_proc(pid, "stack", stack, sizeof(stack));
+	len = (size_t)snprintf(out, size, "state %c, syscall %s, kernel stack:", worker_state(pid),
+			       sys[0] ? sys : "?");
+	for (line = strtok_r(stack, "\n", &save); line && frames < 8 && len < size;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *fn = strchr(line, ' '); /* "[<0>] func+0x1f/0x30" */
+
+		if (!fn)
+			continue;
+		fn[strcspn(fn, "+")] = '\0';
+		len += (size_t)snprintf(out + len, size - len, "%s%s", frames++ ? " <" : "", fn);
+	}
+	if (!frames && len < size)
+		snprintf(out + len, size - len, " ?");
 }
 
 static pid_t start_worker(const struct ws_options *opt, struct ws_heartbeat *hb, pid_t watchdog)
@@ -123,7 +155,7 @@ static pid_t start_sentinel(const struct ws_options *opt, struct ws_heartbeat *h
 struct watchdog {
 	const struct ws_options *opt;
 	struct ws_heartbeat *hb;
-	pid_t me, worker;
+	pid_t me, worker, killed; /* killed: the worker SIGKILLed for a missed heartbeat */
 	int sfd, stopping, restarts;
 	uint64_t window_start;
 };
@@ -183,8 +215,15 @@ static void kill_if_stuck(struct watchdog *w)
 		ws_log("worker %d is stopped; killing it so execs proceed", (int)w->worker);
 		kill(w->worker, SIGKILL);
 	} else if (ws_now_ns() - w->hb->beat_ns > (uint64_t)w->opt->hang_ms * 1000000ull) {
-		ws_log("worker %d missed its heartbeat for %u ms; killing it", (int)w->worker, w->opt->hang_ms);
+		char where[512];
+
+		if (w->killed == w->worker)
+			return; /* SIGKILLed already: it ends when it leaves the kernel */
+		where_stuck(w->worker, where, sizeof(where));
+		ws_log("worker %d missed its heartbeat for %u ms (%s); killing it", (int)w->worker,
+		       w->opt->hang_ms, where);
 		kill(w->worker, SIGKILL);
+		w->killed = w->worker;
 	}
 }
 

@@ -9,6 +9,7 @@ test_hook_e2e.py).
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -345,6 +346,30 @@ def test_both_processes_stopped_is_bounded(live):
     time.sleep(0.05)
     assert p.poll() is None, "the new worker does not hold the app's exec"   # hooked again
     p.wait(timeout=5)
+
+
+def test_a_missed_heartbeat_is_killed_and_logged_with_where_it_waited(live):
+    """--hang-ms 60, under the worker's 100 ms poll period: an idle worker counts as hung. The
+    watchdog kills it and logs where it waited (its state, system call and kernel stack: what
+    tells a hang in the kernel from one in warmstartd), starts another, and after 5 restarts in
+    a minute gives up; the app's exec proceeds, unheld."""
+    app = live.app()
+    live.write(live.entry(app, delay="never"))
+    proc = subprocess.Popen([str(BUILD / "warmstartd"), "--index", str(live.index), "--replayer",
+                             str(live.replayer), "--mark", str(live.mnt), "--hang-ms", "60"],
+                            stderr=open(live.log, "ab"))
+    try:
+        assert proc.wait(timeout=20) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+    log = live.log.read_text()
+    kills = re.findall(r"missed its heartbeat for 60 ms \(state (\S), syscall (\S+), kernel stack: ([^)]+)\)", log)
+    assert len(kills) == 6 and "restarted 5 times in a minute; giving up" in log, log
+    assert all(stack.strip() != "?" for _, _, stack in kills), kills
+    assert any(state == "S" and "do_sys_poll" in stack for state, _, stack in kills), kills
+    elapsed, rc = timed_run([app])
+    assert rc == 0 and elapsed < 0.5, elapsed
 
 
 def _ppid(pid):
