@@ -50,7 +50,7 @@ $(GEN)/%_vectors.h: tests/vectors/%.json tests/vectors/vectors.py | $(GEN)
 
 test: build
 	@$(MAKE) --no-print-directory ctest
-	$(PYTHON) -m pytest -q -rs tests
+	$(PYTHON) -m pytest -q -rs --durations=30 tests
 
 # C unit tests: each prints its own "N passed, N failed" line and exits non-zero on failure.
 ctest: $(CTESTS)
