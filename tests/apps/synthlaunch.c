@@ -40,8 +40,12 @@ static void burn_ms(long ms)
 	long long end = thread_cpu_ns() + ms * 1000000LL;
 	unsigned long x = 1;
 
+	/* Reading the thread's CPU clock enters the kernel, which charges the task and emits
+	 * sched_stat_runtime each time: read every ~30 us of work (20000 steps), not every ~1.5 us,
+	 * or a 1 s launch makes 500,000 trace events and, on a busy machine, overflows the
+	 * recorder's ring buffer (a recording with lost events that analyze refuses). */
 	while (thread_cpu_ns() < end) {
-		for (int i = 0; i < 1000; i++)
+		for (int i = 0; i < 20000; i++)
 			x = x * 6364136223846793005UL + 1442695040888963407UL;
 		sink = x;
 	}
