@@ -15,7 +15,8 @@ struct fsmeta_stats {
 	uint32_t dirs_listed;       /* directories read to the end (WSR_FILE_LIST_DIR) */
 	uint32_t dirs_looked_up;    /* other directories, looked up */
 	uint32_t errors;            /* files or directories that could not be opened or read */
-	uint32_t files_opened;      /* marked files outside the pre-buffer handed to open_file */
+	uint32_t files_opened;      /* marked files with ranges, opened through open_file (also looked up) */
+	uint32_t ranges_sought;     /* their ranges' starts sought (SEEK_DATA) */
 	uint64_t dirents_bytes;
 	uint64_t pass_ns;           /* the lookups and listings */
 	uint64_t ns;                /* the whole step (set by the caller) */
@@ -25,12 +26,9 @@ struct fsmeta_stats {
 typedef int (*fsmeta_open_fn)(void *ctx, uint32_t no);
 
 /* One pass over the export's directories and its marked files in (st_dev, inode) order: a
- * directory flagged WSR_FILE_LIST_DIR read to its end (getdents), every other one and every
- * file looked up (O_PATH). Then opens through open_file the marked files a later range reads and
- * the pre-buffer does not open itself (not_opened[file_no] false; NULL: every marked file): the
- * pre-buffer's sweep opens its own, and a file with nothing to read (looked up only) needs
- * only its lookup. Returns 0 or -ENOMEM. */
-int fsmeta_warm(const struct wsr_schedule *s, const bool *not_opened, fsmeta_open_fn open_file, void *ctx,
-		struct fsmeta_stats *st);
+ * directory flagged WSR_FILE_LIST_DIR read to its end (getdents), every other one looked up
+ * (O_PATH); a marked file with ranges opened through open_file (the fd kept for the data) and
+ * each range's start sought with SEEK_DATA, one without ranges looked up. Returns 0 or -ENOMEM. */
+int fsmeta_warm(const struct wsr_schedule *s, fsmeta_open_fn open_file, void *ctx, struct fsmeta_stats *st);
 
 #endif

@@ -315,23 +315,11 @@ static void fetch_range(struct ctx *c, const struct wsr_range *r, struct seg_sta
 	}
 }
 
-/* The metadata step (fsmeta.c) for the files the pre-buffer does not open itself. */
-static int metadata_step(struct ctx *c, const uint32_t *order, uint32_t release_at)
+/* The metadata step (fsmeta.c): every marked file and the directories on their paths, before any data. */
+static int metadata_step(struct ctx *c)
 {
 	uint64_t t0 = mono_ns();
-	/* opened now: the files later ranges read that the pre-buffer's sweep does not open itself;
-	 * not a file with no range at all (looked up only: its lookup is all it needs) */
-	uint32_t n = c->s->nfiles;
-	bool *not_opened = malloc(n ? n : 1);
-	if (!not_opened)
-		return -ENOMEM;
-	memset(not_opened, true, n);
-	for (uint32_t i = release_at; i < c->s->nranges; i++)
-		not_opened[c->s->ranges[order[i]].file_no] = false;
-	for (uint32_t i = 0; i < release_at && i < c->s->nranges; i++)
-		not_opened[c->s->ranges[order[i]].file_no] = true;
-	int rc = fsmeta_warm(c->s, not_opened, meta_open, c, &c->st->meta);
-	free(not_opened);
+	int rc = fsmeta_warm(c->s, meta_open, c, &c->st->meta);
 	c->st->meta.ns = mono_ns() - t0;
 	return rc;
 }
@@ -392,7 +380,7 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 			release(&c, order, 0);   /* interleave (or an empty pre-buffer): the app runs alongside */
 		check_pressure(&c, 0, st->bytes_scheduled);
 		/* the metadata the block-device ranges cannot warm, all of it before any data */
-		rc = metadata_step(&c, order, release_at);
+		rc = metadata_step(&c);
 		fetch_plan(&c, order, release_at);
 		release(&c, order, release_at);   /* no-op unless everything was before the release point */
 		e->drain(e);

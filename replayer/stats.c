@@ -71,10 +71,10 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 		st->files_total, st->files_opened, st->files_changed, st->files_missing,
 		st->files_denied, st->files_other, st->noatime_fallbacks);
 	fprintf(f, " \"meta_files_looked_up\": %u, \"meta_dirs_listed\": %u, \"meta_dirs_looked_up\": %u, "
-		"\"meta_errors\": %u, \"meta_files_opened\": %u, \"meta_dirents_bytes\": %llu, "
+		"\"meta_errors\": %u, \"meta_files_opened\": %u, \"meta_ranges_sought\": %u, \"meta_dirents_bytes\": %llu, "
 		"\"t_meta_pass_ns\": %llu, \"t_meta_ns\": %llu,\n",
 		st->meta.files_looked_up, st->meta.dirs_listed, st->meta.dirs_looked_up, st->meta.errors,
-		st->meta.files_opened, (unsigned long long)st->meta.dirents_bytes,
+		st->meta.files_opened, st->meta.ranges_sought, (unsigned long long)st->meta.dirents_bytes,
 		(unsigned long long)st->meta.pass_ns, (unsigned long long)st->meta.ns);
 	fprintf(f, " \"start_mono_ns\": %llu, \"first_io_mono_ns\": %llu, \"t_first_io_ns\": %llu, "
 		"\"t_prebuffer_ns\": %llu, \"t_total_ns\": %llu,\n",

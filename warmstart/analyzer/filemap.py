@@ -190,11 +190,13 @@ class FileMap:
 
     def inode_lookups(self, files: Iterable[ScheduledFile]) -> List[ScheduledFile]:
         """Files whose lookup makes the replayer's metadata step read the inode blocks the launch
-        read and no lookup of `files` (or of the directories on their paths) reads: the inodes of
-        files it only stat'ed (an interpreter checks each source beside the cached bytecode it
-        reads). Where the file system places inodes by number (FileSystem.inode_clusters: XFS),
-        one name per inode cluster read, from the entries of the directories on those paths
-        (d_ino: no stat but the chosen one's)."""
+        read: the inodes of files it only stat'ed (an interpreter checks each source beside the
+        cached bytecode it reads). Where the file system places inodes by number
+        (FileSystem.inode_clusters: XFS), one name per inode cluster read, from the entries of
+        the directories on those paths (d_ino: no stat but the chosen one's), never one of
+        `files` or a directory, and for a cluster theirs too: warmstartd's watch on a scheduled
+        file (a process's cwd, on a directory) keeps its inode in memory, and its lookup then reads
+        nothing of its cluster (docs/replayer.md, "The metadata step")."""
         files = list(files)
         fs_of = {}
         for f in files:
@@ -214,19 +216,19 @@ class FileMap:
             i = bisect.bisect_right(starts.get(dev, []), ino) - 1
             return (dev, i) if i >= 0 and ino < spans[dev][i][1] else None
 
-        served = {span_of(f.dev, f.ino) for f in files}
+        scheduled = {(f.dev, f.ino) for f in files}
+        served = set()
         found: List[ScheduledFile] = []
         for d, st in directories_on(f.path for f in files):
             if st.st_dev not in spans:
                 continue
-            served.add(span_of(st.st_dev, st.st_ino))
             try:
                 entries = sorted((e.inode(), e.path) for e in os.scandir(d) if e.is_file(follow_symlinks=False))
             except OSError:
                 continue
             for ino, path in entries:
                 k = span_of(st.st_dev, ino)
-                if k is None or k in served:
+                if k is None or k in served or (st.st_dev, ino) in scheduled:
                     continue
                 try:
                     est = os.lstat(path)
