@@ -107,7 +107,7 @@ def wait_for_hook_rows(h, n, timeout=30):
             assert len(rows) >= n, time.strftime("%H:%M:%S ") + f"{len(rows)} hook launch rows in {h.db}, expected {n}; learner log:\n" + \
                 (h.root / "var/lib/warmstart/learner.log").read_text()[-2000:]
             return rows
-        time.sleep(0.5)
+        time.sleep(0.1)
 
 
 def record_and_analyze(h, name):
