@@ -18,7 +18,7 @@ struct fsmeta_stats {
 	uint32_t files_opened;      /* marked files with ranges, opened through open_file (also looked up) */
 	uint32_t ranges_sought;     /* their ranges' starts sought (SEEK_DATA) */
 	uint64_t dirents_bytes;
-	uint64_t pass_ns;           /* the lookups and listings */
+	uint64_t pass_ns;           /* the pass: lookups, listings, opens and seeks */
 	uint64_t ns;                /* the whole step (set by the caller) */
 };
 
