@@ -8,10 +8,12 @@ Profiles: single, DUP and RAID1/1C3/1C4 read from the first stripe (a read is se
 copy; DUP's copies lie on the same device); RAID0 is striped by stripe_len; RAID10/5/6 are not
 mapped (their extents are left out, and counted by unmapped_extents). Extents on another device
 than data_device() (a multi-device file system) are left out the same way.
-metadata: warmed through the file system (FileSystem.metadata "fs"; fs/metadata.py), by lookups
-only: a directory's index items fill leaves of their own, scattered by copy-on-write, so reading
-directories whole cost more than it spared (python on the emulated hdd7200: 333 ms with its 49
-directories read whole, 213 ms with lookups only; FileSystem.list_dirs)."""
+metadata: warmed through the file system (FileSystem.metadata "fs"; fs/metadata.py), directories
+by lookups only: a directory's index items fill leaves of their own, scattered by copy-on-write,
+so reading directories whole cost more than it spared (python on the emulated hdd7200: 333 ms
+with its 49 directories read whole, 213 ms with lookups only; FileSystem.list_dirs). The
+replayer's step also seeks each range of a file it reads, for the file extent items
+(replayer/fsmeta.c)."""
 
 import fcntl
 import os
