@@ -203,6 +203,12 @@ class Schedule:
         return float((self.params.get("metadata_step") or {}).get("t_s", 0.0))
 
     @property
+    def read_files(self) -> List[ScheduledFile]:
+        """The files some range reads data of, in `files` order (the rest are looked up only)."""
+        read = {r.file for g in self.segments for r in g.ranges if r.file is not None}
+        return [f for f in self.files if f in read]
+
+    @property
     def prebuffer_s(self) -> float:
         """Modelled time until the replayer can release the app: the metadata step, then the
         first segment."""

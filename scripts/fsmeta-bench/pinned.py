@@ -17,7 +17,6 @@ import ctypes
 import json
 import os
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from warmstart.db import open_db                 # noqa: E402
+from warmstart.db.schedules import load_active_schedule   # noqa: E402
 from warmstart.emudisk.disk import EmuDisk      # noqa: E402
 
 PYTHON = ["python3", "-c", "import asyncio, email.mime.multipart, http.client, xml.etree.ElementTree, decimal, "
@@ -39,7 +40,7 @@ def watch(paths):
     libc = ctypes.CDLL(None, use_errno=True)
     fd = libc.inotify_init1(os.O_CLOEXEC)
     for p in paths:
-        libc.inotify_add_watch(fd, os.fsencode(p), 0x2 | 0x4)   # IN_MODIFY | IN_ATTRIB, as any
+        libc.inotify_add_watch(fd, p, 0x2 | 0x4)   # IN_MODIFY | IN_ATTRIB, as any
     return fd
 
 
@@ -63,12 +64,8 @@ def main():
         emu.drop_caches()
         subprocess.run(ws + ["record", "--name", "py", "--", *argv], check=True, capture_output=True)
         subprocess.run(ws + ["analyze", "py"], check=True, capture_output=True)
-        c = sqlite3.connect(db)
-        every = [os.fsdecode(p) for (p,) in c.execute(
-            "SELECT sf.path FROM schedule_files sf JOIN schedules s ON s.id = sf.schedule_id WHERE s.active")]
-        data = [os.fsdecode(p) for (p,) in c.execute(
-            "SELECT DISTINCT sf.path FROM schedule_files sf JOIN schedules s ON s.id = sf.schedule_id "
-            "JOIN schedule_ranges r ON r.schedule_id = s.id AND r.file_no = sf.file_no WHERE s.active")]
+        sched = load_active_schedule(open_db(db), "py")
+        every, data = [f.path for f in sched.files], [f.path for f in sched.read_files]
         print(f"{len(every)} scheduled files, {len(data)} with data")
         for _ in range(a.reps):
             for b in binaries:

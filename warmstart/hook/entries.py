@@ -88,13 +88,12 @@ def build_index(conn, paths: HookPaths, cfg: HookConfig) -> Tuple[Index, List[Sk
         except OSError as e:
             raise WarmstartError(f"cannot write schedule export {export}: {e.strerror}; run as root")
         cold = recorded_launch_s(conn, sched.recording_ids)
-        # watched by warmstartd for staleness: the files it reads data of, not the names it only
-        # looks up, whose inodes the watches would keep in memory (docs/hook.md, "Staleness")
-        read = {r.file.path for g in sched.segments for r in g.ranges if r.file is not None}
         entry = IndexEntry(
             dev=ident[0], ino=ident[1], size=ident[2], mtime_ns=ident[3], schedule_id=sched.id, exe=exe,
             schedule=os.fsencode(export), name=name, needles=needles(exe, argv),
-            files=tuple(f.path for f in sched.files if f.path in read and f.path.startswith(b"/")),
+            # watched by warmstartd for staleness: the files it reads data of, not the names it
+            # only looks up, whose inodes the watches would keep in memory (docs/hook.md, "Staleness")
+            files=tuple(f.path for f in sched.read_files if f.path.startswith(b"/")),
             hold_ms=hold_ms_for(sched.prebuffer_s, cold, cfg), owner_uid=owner)
         index.entries.append(entry)
         if launcher:
