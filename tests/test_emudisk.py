@@ -45,7 +45,9 @@ def test_random_reads_take_seek_plus_half_rotation(emu_hdd):
     # The image is the whole stroke here, so the mean seek is the documented full-stroke average.
     assert info["model_stroke_bytes"] == info["image_bytes"]
     assert abs(info["model_image_mean_seek_ns"] - 8.5e6) < 0.01e6
-    n = 1000
+    # 300 reads: each is a random seek plus a uniform rotation (~4 ms spread on a 12.7 ms mean),
+    # so their mean is known within ~2 %, far inside the 15 % asserted (1000 reads took 13 s)
+    n = 300
     fd = _direct_fd(emu_hdd.loop_dev)
     buf = mmap.mmap(-1, 4096)
     blocks = os.lseek(fd, 0, os.SEEK_END) // 4096

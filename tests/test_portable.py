@@ -340,6 +340,9 @@ def test_export_import_across_disks_gains_match(tmp_path, cpu_ms):
         _ws(db_b, "analyze", "local", "--json")
         imp = _ws(db_b, "import", "--name", "imported", "--map-prefix", f"{a.mountpoint}={b.mountpoint}",
                   "--json", str(wsched))
+        from warmstart.portable.format import decode
+        exported = sorted(os.path.relpath(f.path, bytes(a.mountpoint)) for f in decode(wsched.read_bytes()).files)
+        assert exported == sorted(names), f"exported files not the launch's: {set(exported) ^ set(names)}"
         assert imp["refused_files"] == 0 and imp["files"] == exp["files"] == len(names)
         conn = open_db(db_b)
         s_imp, s_loc = load_active_schedule(conn, "imported"), load_active_schedule(conn, "local")

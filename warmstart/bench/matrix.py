@@ -146,7 +146,7 @@ class DiskUnderTest:
 def ensure_profile(conn, dut, say) -> None:
     """A device profile, as an installation has after `warmstart profile-disk`: analyze then uses
     it (hybrid probes, competitive gap merging). An emulated disk is new in every run (and its
-    loop device may have held another disk model before): profile it now, 4 s on hdd7200. The
+    loop device may have held another disk model before): profile it now, ~7 s on hdd7200. The
     machine's own disk: if its node refuses O_DIRECT (this VM's /dev/vda does, even for root),
     analyze cannot probe it; profile it once through a file on it, so analyze uses the model."""
     if dut.emu is not None:
