@@ -334,6 +334,16 @@ def test_export_marks_the_files_the_analyzer_named():
     assert flags(contents(sched)) == [wsr.FILE_WARM_META] * 2   # devs 5, 6: no mount
 
 
+def _record_and_analyze(disk, db, name, argv):
+    """XFS's log pushed (what was just written is home on the disk), then `record` and `analyze`."""
+    for op in ("--freeze", "--unfreeze"):
+        subprocess.run(["fsfreeze", op, str(disk.mountpoint)], check=True)
+    for cmd in (["record", "--name", name, "--", *argv], ["analyze", name]):
+        p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), *cmd],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+
+
 STATTER = """
 import os, sys
 srcs, reads = sys.argv[1], sys.argv[2]
@@ -360,14 +370,9 @@ def test_on_xfs_the_inodes_a_launch_only_stated_are_looked_up_too(emu_xfs, reque
         (srcs / f"mod{k:03d}.py").write_bytes(b"#" * 100)
     for k in range(8):                    # ...then what is read, in clusters of their own
         (cache / f"mod{k:03d}.pyc").write_bytes(os.urandom(8192))
-    for op in ("--freeze", "--unfreeze"):   # XFS's log pushed: the inodes written home
-        subprocess.run(["fsfreeze", op, str(emu_xfs.mountpoint)], check=True)
     db = tmp_path / "db"
     argv = [sys.executable, "-S", "-c", STATTER, str(srcs), str(cache)]
-    for cmd in (["record", "--name", "statonly", "--", *argv], ["analyze", "statonly"]):
-        p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), *cmd],
-                           capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr
+    _record_and_analyze(emu_xfs, db, "statonly", argv)
     sched = load_active_schedule(open_db(db), "statonly")
     fetched = {r.file.path for g in sched.segments for r in g.ranges if r.file is not None}
     lookups = [f for f in sched.files if f.path not in fetched]
@@ -421,14 +426,9 @@ def test_on_xfs_the_clusters_are_read_while_warmstartd_keeps_the_read_files_inod
     for k in range(64):                   # 128 inodes: 4 clusters, each with both kinds
         (d / f"mod{k:03d}.py").write_bytes(b"#" * 100)
         (d / f"mod{k:03d}.pyc").write_bytes(os.urandom(8192))
-    for op in ("--freeze", "--unfreeze"):   # XFS's log pushed: the inodes written home
-        subprocess.run(["fsfreeze", op, str(emu_xfs.mountpoint)], check=True)
     db = tmp_path / "db"
     argv = [sys.executable, "-S", "-c", MIXED, str(d)]
-    for cmd in (["record", "--name", "mixed", "--", *argv], ["analyze", "mixed"]):
-        p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), *cmd],
-                           capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr
+    _record_and_analyze(emu_xfs, db, "mixed", argv)
     conn = open_db(db)
     sched = load_active_schedule(conn, "mixed")
     fetched = {r.file.path for g in sched.segments for r in g.ranges if r.file is not None}
@@ -455,3 +455,75 @@ def test_on_xfs_the_clusters_are_read_while_warmstartd_keeps_the_read_files_inod
     finally:
         os.close(watches)
     assert reads == 0, (reads, st)
+
+
+LOOKER = """
+import os, sys
+base, n = sys.argv[1], int(sys.argv[2])
+with open(os.path.join(base, "read", "data"), "rb") as f:
+    f.read()                                  # the one file read...
+for k in range(n):                            # ...and a per-directory config looked for in each
+    try:                                      # directory of a tree, none there (git's .gitattributes)
+        os.stat(os.path.join(base, "tree", f"d{k:02d}", ".config"))
+    except FileNotFoundError:
+        pass
+"""
+
+
+def test_on_xfs_the_directories_a_launch_looked_in_are_read_too(emu_xfs, request, tmp_path):
+    """A launch that looks names up in directories no file it reads lies under (git looks for a
+    .gitattributes in each directory of a diffstat) reads each of them cold, a dependent read at a
+    time. The recorder traces those lookups (xfs_lookup), the analysis names the directories
+    (analyzer/lookups.py), the metadata step reads them whole, and after the replay the launch's
+    lookups read nothing from the disk; with the same export less those directories they read
+    at least one block per directory."""
+    require(have_tracefs(), "needs root and tracefs")
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    n = 12
+    base = emu_xfs.mountpoint / f"looked-{os.getpid()}-{tmp_path.name}"
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    (base / "read").mkdir(parents=True)
+    (base / "read" / "data").write_bytes(os.urandom(65536))
+    for k in range(n):
+        d = base / "tree" / f"d{k:02d}"
+        d.mkdir(parents=True)
+        for j in range(40):                   # block-form directories: their entries in a block of their own
+            (d / f"file-with-a-long-name-{j:03d}.txt").write_bytes(b"x")
+    db = tmp_path / "db"
+    argv = [sys.executable, "-S", "-c", LOOKER, str(base), str(n)]
+    _record_and_analyze(emu_xfs, db, "looker", argv)
+    sched = load_active_schedule(open_db(db), "looker")
+    tree = [os.fsdecode(base / "tree" / f"d{k:02d}") for k in range(n)]
+    assert set(tree) <= set(sched.params["lookup_dirs"]), sched.params["name_lookups"]
+    assert os.fsdecode(base / "read") not in sched.params["lookup_dirs"]     # on a scheduled path: listed anyway
+
+    def lookups_read(params) -> int:
+        sched.params = params
+        export = write_export(sched, tmp_path / "s.wsr").path
+        emu_xfs.drop_caches()
+        rc, st, err = run_replayer(export, "--mode", "reorder")
+        assert rc == 0 and st["status"] == "ok" and st["meta_errors"] == 0, err
+        emu_xfs.reset_stats()
+        for d in tree:
+            assert not os.path.exists(os.path.join(d, ".config"))
+        return emu_xfs.stats()["reads"]
+
+    with_dirs = dict(sched.params)
+    assert lookups_read({**with_dirs, "lookup_dirs": []}) >= n
+    assert lookups_read(with_dirs) == 0
+
+
+def test_looked_in_directories_resolve_through_chains_in_any_order_and_never_through_symlinks(tmp_path):
+    """analyzer/lookups._resolve: a directory inode becomes a path once its parent's did, whatever
+    order the lookups came in; a symlink to a directory resolves nothing under it (the step opens
+    no symlink), nor does a directory no known one leads to."""
+    from warmstart.analyzer.lookups import _resolve
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    ino = {k: os.lstat(tmp_path / k).st_ino for k in ("a", "a/b", "a/b/c")}
+    root = os.fsencode(tmp_path)
+    lookups = [(ino["a/b/c"], b"missing"), (ino["a/b"], b"c"), (ino["a"], b"b"), (os.lstat(tmp_path).st_ino, b"link"),
+               (os.lstat(tmp_path).st_ino, b"a"), (1 << 40, b"x")]
+    known = _resolve(lookups, {os.lstat(tmp_path).st_ino: root})
+    assert known == {os.lstat(tmp_path).st_ino: root, ino["a"]: root + b"/a", ino["a/b"]: root + b"/a/b",
+                     ino["a/b/c"]: root + b"/a/b/c"}

@@ -11,7 +11,8 @@ from warmstart.recorder.blktrace import parse_blkparse
 from warmstart.recorder.cputime import CpuCurve, assign_cpu
 from warmstart.recorder.events import assemble_requests, parse_lines
 from warmstart.model import BlockRequest
-from warmstart.recorder.attribution import page_uses
+from warmstart.fs import lookup_parsers
+from warmstart.recorder.attribution import lookups, page_uses
 from warmstart.recorder.tasks import build_tree
 
 FIX = Path(__file__).parent / "recorder_fixtures"
@@ -89,6 +90,28 @@ def test_page_uses_merge_reads_faults_and_readahead_requests_of_the_tree():
     tree = build_tree(events, root=100, start_ns=0, end_ns=50_000)
     got = [(u.ino, u.first_index, u.nr_pages) for u in page_uses(events, tree, 0, 50_000)]
     assert got == [(0x2a, 0, 4), (0x2a, 10, 1), (0x2b, 0, 16)]
+
+
+def test_lookups_of_the_tree_once_each_in_order_with_odd_names():
+    """xfs_lookup lines of the tree's tasks in the window, each (dev, directory, name) once; a name
+    with spaces, bytes that are not UTF-8 or ending in "name " stays whole; others' lookups, a
+    name with "/" (no component), an empty name and those after the end are dropped."""
+    def line(tid, t, body: bytes):
+        return f"  p-{tid} ({tid:>7}) [000] .....  0.{t:06d}: xfs_lookup: ".encode() + body
+    lines = [b"  p-100 (    100) [000] .....  0.000001: sched_process_fork: comm=p pid=100 child_comm=p child_pid=101",
+             line(100, 10, b"dev 7:0 dp ino 0x80 name usr"),
+             line(101, 11, b"dev 7:0 dp ino 0x83 name a b\xff name "),
+             line(100, 12, b"dev 7:0 dp ino 0x80 name usr"),            # again: once
+             line(101, 13, b"dev 259:1 dp ino 0x1f2 name .gitattributes"),
+             line(555, 14, b"dev 7:0 dp ino 0x80 name etc"),            # not the tree
+             line(100, 15, b"dev 7:0 dp ino 0x80 name a/b"),
+             line(100, 16, b"dev 7:0 dp ino 0x80 name "),
+             line(100, 99, b"dev 7:0 dp ino 0x80 name late")]            # after the end
+    events = sorted(parse_lines(lines), key=lambda e: e.ts_ns)
+    tree = build_tree(events, root=100, start_ns=0, end_ns=50_000)
+    assert lookups(events, tree, 0, 50_000, lookup_parsers()) == [
+        (os.makedev(7, 0), 0x80, b"usr"), (os.makedev(7, 0), 0x83, b"a b\xff name "),
+        (os.makedev(259, 1), 0x1f2, b".gitattributes")]
 
 
 @pytest.mark.parametrize("spec,kind", [("exit", "exit"), ("idle=1.5", "idle"), ("stdout=^ready", "stdout"),

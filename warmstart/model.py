@@ -112,6 +112,9 @@ class Recording:
     page_uses: Optional[List[UsedRun]] = None     # None: not traced (older recorders)
     processes: List[Process] = field(default_factory=list)
     files: List[FileInfo] = field(default_factory=list)
+    # names looked up past the dentry cache, (dev_t, directory inode, name), on file systems with
+    # a lookup tracepoint (FileSystem.lookup_event: XFS); None: none recorded
+    lookups: Optional[List[Tuple[int, int, bytes]]] = None
 
     @property
     def status(self) -> str:

@@ -26,6 +26,7 @@ from .access import CalibratedCost, DiskCost, ModelCost, calibration, metadata_s
 from .ext4meta import MetadataFinder
 from .filemap import FileMap, Piece
 from .gapmerge import merge_gaps
+from .lookups import lookup_dirs
 from .ordering import PieceTable
 from .profile import PARALLEL_QD, main_dev, model_profile, profile_without_node, stored_profile
 from .segment import Result, launch_time, optimise, paper, reorder
@@ -443,8 +444,11 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     lookups = fmap.inode_lookups(with_ranges)      # looked up by the metadata step, nothing read
     used_files = sorted(with_ranges | set(lookups), key=lambda f: f.path)
     extents = {i: fmap.extents.get(f, []) for i, f in enumerate(used_files)}        # 7
-    params = {"fs_metadata_devs": fs_metadata.warm_through_fs({f.dev for f in used_files}),
+    through_fs = fs_metadata.warm_through_fs({f.dev for f in used_files})
+    looked_in, looked_report = lookup_dirs(conn, rids, [f.path for f in used_files if f.dev in through_fs], fmap.fss)
+    params = {"fs_metadata_devs": through_fs,
               "inode_lookups": len(lookups),
+              "lookup_dirs": [os.fsdecode(d) for d in looked_in], "name_lookups": looked_report,
               "probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
               "file_metadata": file_meta, "gap_merge_bytes": order.gap_bytes, "merged_gaps": order.merged_gaps,
               "skipped_gaps": order.skipped_gaps, "strip_bytes": order.strip, "stripe_disks": order.disks,

@@ -16,6 +16,10 @@ def _text(r):
     if meta and meta["reads"]:
         lines.append(f"  metadata step through the file system: {len(meta['reads'])} reads the launch made, "
                      f"{meta['t_s']:.3f} s modelled (in t_exp, before segment 1)")
+    looked = r.get("name_lookups") or {}
+    if looked.get("dirs"):
+        lines.append(f"  directories the launch looked names up in, off the schedule's paths: {looked['listed']} "
+                     f"read whole by that step, {looked['too_big']} left to the app (more blocks than names looked up)")
     for name, c in r["compare"].items():
         extra = f", disk {c['t_disk_s']:.3f} s" if "t_disk_s" in c else ""
         lines.append(f"  {name:<8} modelled {c['t_model_s']:.3f} s{extra}")

@@ -8,7 +8,7 @@ import json
 import os
 import sqlite3
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import WarmstartError
 from ..signature import signature_argv
@@ -118,6 +118,9 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
                 [(rid, f.dev, f.ino, f.path, f.size, f.mtime_ns, f.ctime_ns,
                   None if f.extents is None else
                   json.dumps([[e.logical, e.physical, e.length, e.flags] for e in f.extents])) for f in rec.files])
+            conn.executemany(
+                "INSERT INTO recording_lookups (recording_id, seq, dev, dir_ino, name) VALUES (?, ?, ?, ?, ?)",
+                [(rid, i, d, ino, name) for i, (d, ino, name) in enumerate(rec.lookups or (), start=1)])
             supersede_older(conn, app_id, rid)
     except sqlite3.OperationalError as e:
         if "full" in str(e).lower():
@@ -280,6 +283,12 @@ def load_page_uses(conn: sqlite3.Connection, recording_id: int) -> List[UsedRun]
                         (recording_id,))
     return [UsedRun(dev=r["dev"], ino=r["ino"], first_index=r["first_index"], nr_pages=r["nr_pages"])
             for r in check_all("page_uses", rows)]
+
+
+def load_lookups(conn: sqlite3.Connection, recording_id: int) -> List[Tuple[int, int, bytes]]:
+    """The names the recording looked up past the dentry cache (Recording.lookups), in order."""
+    rows = conn.execute("SELECT * FROM recording_lookups WHERE recording_id = ? ORDER BY seq", (recording_id,))
+    return [(r["dev"], r["dir_ino"], bytes(r["name"])) for r in check_all("recording_lookups", rows)]
 
 
 def latest_file_devs(conn: sqlite3.Connection, app_name: str) -> List[int]:

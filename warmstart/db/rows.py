@@ -52,6 +52,11 @@ def P(null: bool = False) -> _Col:
     return _Col("path", null=null)
 
 
+def N(null: bool = False) -> _Col:
+    """A file name: one path component (a BLOB, no "/", not "", "." or "..")."""
+    return _Col("name", null=null)
+
+
 def J(shape: type, null: bool = False) -> _Col:
     return _Col("json", shape, None, null)
 
@@ -82,6 +87,7 @@ SPECS: Dict[str, Dict[str, _Col]] = {
                         "first_index": I(0, BIG >> 12), "nr_pages": I(0, ADD_PAGES)},
     "page_uses": {"recording_id": I(1), "dev": I(), "ino": I(), "first_index": I(0, BIG >> 12),
                   "nr_pages": I(0, COUNT)},
+    "recording_lookups": {"recording_id": I(1), "seq": I(), "dev": I(), "dir_ino": I(), "name": N()},
     "recording_files": {"recording_id": I(1), "dev": I(), "ino": I(), "path": P(null=True),
                         "size": I(0, BIG, null=True), "mtime_ns": I(-I64, null=True),
                         "ctime_ns": I(-I64, null=True), "extents_json": J(list, null=True)},
@@ -117,7 +123,8 @@ SPECS: Dict[str, Dict[str, _Col]] = {
 
 KEYS = {"block_requests": ("recording_id", "seq"), "page_cache_adds": ("recording_id", "seq"),
         "page_uses": ("recording_id", "dev", "ino", "first_index"), "recording_files": ("recording_id", "dev", "ino"),
-        "recording_processes": ("recording_id", "pid"), "schedule_files": ("schedule_id", "file_no"),
+        "recording_lookups": ("recording_id", "seq"), "recording_processes": ("recording_id", "pid"),
+        "schedule_files": ("schedule_id", "file_no"),
         "file_extents": ("schedule_id", "file_no", "logical"), "segments": ("schedule_id", "idx"),
         "schedule_ranges": ("schedule_id", "segment_idx", "ord")}
 
@@ -171,6 +178,11 @@ def _why(col: _Col, v: Any) -> Optional[str]:
             return "is not a path (a BLOB)"
         if not canonical_path(v):
             return "is not a canonical absolute path"
+    elif kind == "name":
+        if type(v) is not bytes:
+            return "is not a file name (a BLOB)"
+        if v in (b"", b".", b"..") or b"/" in v or b"\0" in v:
+            return "is not a file name"
     elif kind == "json":
         if type(v) is not str:
             return "is not JSON text"

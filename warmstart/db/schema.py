@@ -343,6 +343,20 @@ ALTER TABLE sorted_passes ADD COLUMN cut_bound_s REAL;
     ("busy union after reads", """
 ALTER TABLE block_requests ADD COLUMN busy_union_after_ns INTEGER;
 """),
+    # The names a launch looked up past the dentry cache, where its file system has a tracepoint
+    # for them (XFS: xfs_lookup): the directory (dev_t, inode) and the name, existing or not. The
+    # analyzer has the metadata step read the directories no scheduled path passes
+    # (analyzer/lookups.py). No rows: none made, or recorded before this table.
+    ("name lookups", """
+CREATE TABLE recording_lookups (
+    recording_id  INTEGER NOT NULL REFERENCES recordings(id) ON DELETE CASCADE,
+    seq           INTEGER NOT NULL,        -- order first seen
+    dev           INTEGER NOT NULL,
+    dir_ino       INTEGER NOT NULL,
+    name          BLOB NOT NULL,
+    PRIMARY KEY (recording_id, seq)
+);
+"""),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

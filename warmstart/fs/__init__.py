@@ -12,12 +12,14 @@ questions through FileSystem, chosen by the mount's fstype (mountinfo):
 
   metadata       how its metadata is warmed: "bdev" (raw reads of the block device: ext2/3/4)
                  or "fs" (through the file system; fs/metadata.py has the policy built on it)
+  lookup_event   its tracepoint naming each lookup that misses the dentry cache (XFS), and
+                 parse_lookup() of its text: what the recorder traces (lookup_parsers)
 
 Adding a file system is one module here plus a line in _register.
 """
 
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..mountinfo import Mount, mount_of_path, mounts
 from .generic import FileSystem
@@ -33,6 +35,13 @@ def _register() -> None:
     for cls in (Ext4, Xfs, Btrfs, Overlay):
         for t in cls.fstypes:
             KINDS[t] = cls
+
+
+def lookup_parsers() -> Dict[str, Callable[[bytes], Optional[Tuple[int, int, bytes]]]]:
+    """Every file system's lookup tracepoint ("system/event") -> its parser (FileSystem.lookup_event)."""
+    if not KINDS:
+        _register()
+    return {cls.lookup_event: cls.parse_lookup for cls in set(KINDS.values()) if cls.lookup_event}
 
 
 def kind(fstype: Optional[str]) -> type:

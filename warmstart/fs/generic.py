@@ -24,6 +24,10 @@ class FileSystem:
     # whole (getdents), or only look the names up? Whole where a listing is a cheap sequential
     # read and spares the app's own listings; lookups only where it is not (docs/replayer.md)
     list_dirs = False
+    # a tracepoint of its own that names every lookup missing the dentry cache ("system/event"),
+    # or None: the recorder traces it (recorder.lookups), so that the metadata step can read the
+    # directories the launch looked names up in that no scheduled path passes (parse_lookup)
+    lookup_event: Optional[str] = None
 
     def __init__(self, mount: "Mount", table=None):
         self.mount = mount
@@ -66,6 +70,11 @@ class FileSystem:
     def extents(self, fd: int) -> List[Extent]:
         """Mapped extents of the open file, physical = bytes on data_device(). Raises OSError."""
         return mapped_extents_fd(fd)
+
+    @staticmethod
+    def parse_lookup(body: bytes) -> Optional[Tuple[int, int, bytes]]:
+        """(dev_t, directory inode, name) of one lookup_event's text, or None."""
+        return None
 
     def inode_clusters(self, sector: int, nr_sectors: int) -> List[Tuple[int, int]]:
         """Where the file system places inodes by number: the inode numbers [first, end) of each

@@ -14,7 +14,7 @@ which a task of the tree queued a request or added a page to the page cache.
 
 import os
 import re
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .events import READAHEAD, RA_EVENTS, USE_EVENTS, Event, filemap_pages, makedev
 from ..devices import disk_of, is_block_device, size_bytes, stack_below, sysfs_path
@@ -72,6 +72,23 @@ def page_adds(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: in
         runs.append(run)
         open_run[key] = run
     return runs
+
+
+def lookups(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: int,
+            parsers: Dict[str, Callable[[bytes], Optional[Tuple[int, int, bytes]]]]) -> List[Tuple[int, int, bytes]]:
+    """The names the launch's tasks looked up that missed the dentry cache, once each in the order
+    first seen: (dev_t, directory inode, name), from the file systems' lookup tracepoints
+    (parsers: "system/event" -> FileSystem.parse_lookup, fs.lookup_parsers)."""
+    parsers = {ev.rsplit("/", 1)[-1]: parse for ev, parse in parsers.items()}
+    seen: Dict[Tuple[int, int, bytes], None] = {}
+    for ev in events:
+        parse = parsers.get(ev.name)
+        if parse is None or ev.tid not in tree.tids or not (start_ns <= ev.ts_ns <= end_ns):
+            continue
+        got = parse(ev.body)
+        if got is not None:
+            seen.setdefault(got)
+    return list(seen)
 
 
 def page_uses(events: Iterable[Event], tree: TaskTree, start_ns: int, end_ns: int) -> List[UsedRun]:

@@ -26,7 +26,7 @@ from ..devices import block_name, sysfs_path
 from ..errors import WarmstartError
 from ..launching import LaunchResult, Until, devices_of_paths, launch, resolve_command
 from . import coldcache
-from .attribution import is_block_dev, launch_devices, launch_requests, page_adds, page_uses
+from .attribution import is_block_dev, launch_devices, launch_requests, lookups, page_adds, page_uses
 from .backend import choose_backend
 from .cputime import CpuCurve, assign_busy, assign_cpu
 from .events import Event
@@ -35,7 +35,7 @@ from ..mountinfo import mounts
 from .mapping import statement
 from .opens import OpenWatch
 from .resolve import resolve_inodes
-from ..fs import FileSystems, fs_mount_points
+from ..fs import FileSystems, fs_mount_points, lookup_parsers
 from .tasks import build_tree
 from .together import AtOnce
 from .tracefs import Instance, clean_root
@@ -52,9 +52,11 @@ PAGE_USE_TRACEPOINTS = ("filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_
 
 
 def traced_task_events(root) -> Tuple[tuple, bool]:
-    """(TASK_EVENTS plus PAGE_USE_TRACEPOINTS if this kernel has all of them, whether it has)."""
+    """(TASK_EVENTS plus PAGE_USE_TRACEPOINTS if this kernel has all of them, plus each file
+    system's lookup tracepoint it has (fs.lookup_parsers); whether it has the page-use ones)."""
     have = all((root / "events" / ev).is_dir() for ev in PAGE_USE_TRACEPOINTS)
-    return TASK_EVENTS + (PAGE_USE_TRACEPOINTS if have else ()), have
+    looks = tuple(sorted(ev for ev in lookup_parsers() if (root / "events" / ev).is_dir()))
+    return TASK_EVENTS + (PAGE_USE_TRACEPOINTS if have else ()) + looks, have
 
 
 @dataclass
@@ -392,6 +394,7 @@ def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: Re
     adds = [a for a in page_adds(task_events, tree, start, end) if _on_files(fss, a.dev, a.ino)]
     uses = [u for u in page_uses(task_events, tree, start, end) if _on_files(fss, u.dev, u.ino)] \
         if uses_traced else None
+    names_looked_up = lookups(task_events, tree, start, end, lookup_parsers())
     devices = launch_devices(raw_requests, adds, tree, opts.devices, fs_devices=lambda d: _fs_devices(fss, d))
     requests = launch_requests(raw_requests, tree, devices, start, end)
     curve = CpuCurve(tree.intervals)
@@ -425,6 +428,7 @@ def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: Re
         "data_pages": data_pages,
         "resolved_data_pages": resolved_pages,
         "task_events": len(task_events),
+        "name_lookups": len(names_looked_up),
         "mapping": mapping,
     }
     if uses is not None:
@@ -432,5 +436,6 @@ def store_recording(conn, name: str, argv: Sequence, executable: bytes, opts: Re
     rec = Recording(started_at=started_at, launch_time_s=result.launch_time_s, end_reason=result.end_reason,
                     exit_status=result.exit_status, backend=backend_name, cold_method=cold, lost_events=lost,
                     cpu_total_s=curve.between(start, end) / 1e9, cpu_tail_ns=tail, warm_cpu_s=warm_cpu_s, env=env,
-                    requests=requests, page_adds=adds, page_uses=uses, processes=procs, files=files)
+                    requests=requests, page_adds=adds, page_uses=uses, processes=procs, files=files,
+                    lookups=names_looked_up)
     return store.insert_recording(conn, name, executable, [os.fsencode(a) for a in argv], rec, owner_uid)

@@ -82,15 +82,19 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
             ranges.append((offset, r.length, r.sector, no, min(int(orig), 0xFFFFFFFF), k))
             nbytes += r.length
         segs.append(WsrSegment(seg.idx, first, len(ranges) - first, nbytes, int(round(seg.cpu_s * 1e9))))
-    files.extend(_directories([f.path for f in files if f.flags & FILE_WARM_META]))
+    marked = [f.path for f in files if f.flags & FILE_WARM_META]
+    if marked:   # and the directories the launch looked names up in (analyzer/lookups.py)
+        marked += [os.fsencode(d) + b"/" for d in schedule.params.get("lookup_dirs") or ()]
+    files.extend(_directories(marked))
     return wsr.WsrContents(schedule.id or 0, files, segs, ranges)
 
 
 def _directories(paths: List[bytes]) -> List[WsrFile]:
-    """The directories on these paths (fs.metadata.directories_on) for the replayer's metadata
-    step: their (dev, inode) place them among the files in its inode order, and WSR_FILE_LIST_DIR
-    marks those to read whole (FileSystem.list_dirs). One that is gone is left out (the step then
-    reaches it through the lookups of the paths under it)."""
+    """The directories on these paths (fs.metadata.directories_on; a path ending in "/" names
+    itself too) for the replayer's metadata step: their (dev, inode) place them among the files
+    in its inode order, and WSR_FILE_LIST_DIR marks those to read whole (FileSystem.list_dirs).
+    One that is gone is left out (the step then reaches it through the lookups of the paths
+    under it)."""
     found = [(d, st.st_dev, st.st_ino) for d, st in metadata.directories_on(paths)]
     listed = set(metadata.listed_dirs({dev for _, dev, _ in found}))
     return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0) for d, dev, ino in found]

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The directories a launch looked names up in, read by the metadata step or not (docs/replayer.md,
+"The metadata step"): records the bench's git and python on a fresh emulated hdd7200 with the
+random-layout system image in FS, analyzes them, then alternates `warmstart run --mode reorder`
+launches (caches dropped before each) of the schedule as analyzed and of a copy of it without
+its `lookup_dirs`; prints each and the medians (launch, pre-buffer, the app after its release).
+
+    python3 scripts/fsmeta-bench/lookdirs.py --fs xfs --reps 3
+
+Root; minutes the first time (the image is built)."""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from warmstart.bench.apps import FILES_DIR, catalogue, install_files   # noqa: E402
+from warmstart.db import open_db                 # noqa: E402
+from warmstart.db.schedules import load_active_schedule, save_schedule   # noqa: E402
+from warmstart.emudisk.disk import EmuDisk      # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fs", default="xfs")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--apps", default="git,python")
+    a = ap.parse_args()
+    apps = [catalogue()[n] for n in a.apps.split(",")]
+    tmp = Path(tempfile.mkdtemp())
+    with_dirs, without = tmp / "with.db", tmp / "without.db"
+    emu = EmuDisk.up(f"lookdirs-{a.fs}", profile="hdd7200", image="system-random", fs=a.fs, fresh=True,
+                     progress=lambda m: print(m, file=sys.stderr))
+    res = {}
+    try:
+        install_files(apps, Path(os.fsdecode(emu.mountpoint)) / FILES_DIR.lstrip("/"))
+        ws = [sys.executable, "-m", "warmstart"]
+        for app in apps:
+            argv = emu.chroot_argv(app.argv)
+            subprocess.run(ws + ["--db", str(with_dirs), "record", "--name", app.name, "--", *argv], check=True,
+                           capture_output=True)
+            p = subprocess.run(ws + ["--db", str(with_dirs), "analyze", "--json", app.name], check=True,
+                               capture_output=True, text=True)
+            print(f"{app.name}: {json.loads(p.stdout)['name_lookups']}")
+        shutil.copy(with_dirs, without)
+        conn = open_db(without)
+        for app in apps:      # the same schedule, stored again without its directories, made active
+            sched = load_active_schedule(conn, app.name)
+            sched.params = {**sched.params, "lookup_dirs": []}
+            save_schedule(conn, sched)
+        conn.close()
+        for _ in range(a.reps):
+            for app in apps:
+                for label, db in (("with", with_dirs), ("without", without)):
+                    emu.drop_caches()
+                    p = subprocess.run(ws + ["--db", str(db), "run", "--mode", "reorder", "--name", app.name,
+                                             "--json", "--", *emu.chroot_argv(app.argv)],
+                                       capture_output=True, text=True, check=True)
+                    d = json.loads(p.stdout)
+                    row = (d["launch_time_s"], d["prebuffer_s"], d["app_time_s"])
+                    res.setdefault((app.name, label), []).append(row)
+                    print(f"{app.name} {label} lookup_dirs: launch {row[0]:.3f} s, pre-buffer {row[1]:.3f}, "
+                          f"app {row[2]:.3f}", flush=True)
+    finally:
+        emu.down()
+    print(f"\nmedians of {a.reps} ({a.fs}, hdd7200, random layout, reorder): launch / pre-buffer / app after release")
+    for (name, label), rows in res.items():
+        med = [statistics.median(x[i] for x in rows) for i in range(3)]
+        print(f"  {name} {label} lookup_dirs: " + " / ".join(f"{m:.3f}" for m in med))
+
+
+if __name__ == "__main__":
+    main()
