@@ -344,6 +344,32 @@ def _record_and_analyze(disk, db, name, argv):
         assert p.returncode == 0, p.stderr
 
 
+def _sources_and_bytecode(disk, request, tmp_path, n_src, src_bytes, n_pyc, pyc_bytes):
+    """A directory of n_src sources, then its cache/ of n_pyc bytecode files (STATTER's tree)."""
+    require(have_tracefs(), "needs root and tracefs")
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    base = disk.mountpoint / f"statonly-{os.getpid()}-{tmp_path.name}"
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    srcs, cache = base / "srcs", base / "srcs" / "cache"
+    cache.mkdir(parents=True)
+    for k in range(n_src):
+        (srcs / f"mod{k:03d}.py").write_bytes(b"#" * src_bytes)
+    for k in range(n_pyc):
+        (cache / f"mod{k:03d}.pyc").write_bytes(os.urandom(pyc_bytes))
+    return srcs, cache
+
+
+def _reads_after_replay(disk, sched, tmp_path, launch) -> int:
+    """Blocks the disk read for launch() run after a reorder replay of sched from a cold cache."""
+    export = write_export(sched, tmp_path / "s.wsr").path
+    disk.drop_caches()
+    rc, st, err = run_replayer(export, "--mode", "reorder")
+    assert rc == 0 and st["status"] == "ok" and st["meta_errors"] == 0, err
+    disk.reset_stats()
+    launch()
+    return disk.stats()["reads"]
+
+
 STATTER = """
 import os, sys
 srcs, reads = sys.argv[1], sys.argv[2]
@@ -360,16 +386,8 @@ def test_on_xfs_the_inodes_a_launch_only_stated_are_looked_up_too(emu_xfs, reque
     files is fetched, but the analysis adds one name per inode cluster (FileSystem.inode_clusters, from
     the directories on the schedule's paths) for the metadata step to look up, so after the
     replay the launch's stats read nothing from the disk."""
-    require(have_tracefs(), "needs root and tracefs")
-    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
-    base = emu_xfs.mountpoint / f"statonly-{os.getpid()}-{tmp_path.name}"
-    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
-    srcs, cache = base / "srcs", base / "srcs" / "cache"
-    cache.mkdir(parents=True)
-    for k in range(96):                   # 3 inode clusters of sources only...
-        (srcs / f"mod{k:03d}.py").write_bytes(b"#" * 100)
-    for k in range(8):                    # ...then what is read, in clusters of their own
-        (cache / f"mod{k:03d}.pyc").write_bytes(os.urandom(8192))
+    # 3 inode clusters of sources only, then what is read, in clusters of their own
+    srcs, cache = _sources_and_bytecode(emu_xfs, request, tmp_path, 96, 100, 8, 8192)
     db = tmp_path / "db"
     argv = [sys.executable, "-S", "-c", STATTER, str(srcs), str(cache)]
     _record_and_analyze(emu_xfs, db, "statonly", argv)
@@ -497,20 +515,15 @@ def test_on_xfs_the_directories_a_launch_looked_in_are_read_too(emu_xfs, request
     assert set(tree) <= set(sched.params["lookup_dirs"]), sched.params["name_lookups"]
     assert os.fsdecode(base / "read") not in sched.params["lookup_dirs"]     # on a scheduled path: listed anyway
 
-    def lookups_read(params) -> int:
-        sched.params = params
-        export = write_export(sched, tmp_path / "s.wsr").path
-        emu_xfs.drop_caches()
-        rc, st, err = run_replayer(export, "--mode", "reorder")
-        assert rc == 0 and st["status"] == "ok" and st["meta_errors"] == 0, err
-        emu_xfs.reset_stats()
+    def lookups():
         for d in tree:
             assert not os.path.exists(os.path.join(d, ".config"))
-        return emu_xfs.stats()["reads"]
 
     with_dirs = dict(sched.params)
-    assert lookups_read({**with_dirs, "lookup_dirs": []}) >= n
-    assert lookups_read(with_dirs) == 0
+    sched.params = {**with_dirs, "lookup_dirs": []}
+    assert _reads_after_replay(emu_xfs, sched, tmp_path, lookups) >= n
+    sched.params = with_dirs
+    assert _reads_after_replay(emu_xfs, sched, tmp_path, lookups) == 0
 
 
 def test_looked_in_directories_resolve_through_chains_in_any_order_and_never_through_symlinks(tmp_path):
@@ -527,3 +540,32 @@ def test_looked_in_directories_resolve_through_chains_in_any_order_and_never_thr
     known = _resolve(lookups, {os.lstat(tmp_path).st_ino: root})
     assert known == {os.lstat(tmp_path).st_ino: root, ino["a"]: root + b"/a", ino["a/b"]: root + b"/a/b",
                      ino["a/b/c"]: root + b"/a/b/c"}
+
+
+def test_on_btrfs_the_inodes_a_launch_only_stated_are_looked_up_too(emu_btrfs, request, tmp_path):
+    """btrfs keeps each inode's items in the leaf of its subvolume tree its number falls in: a
+    launch that stats sources it never reads (beside the bytecode it reads) read those leaves
+    cold. The analysis reads the launch's leaves back from the device (Btrfs.inode_clusters: the
+    inode numbers of each) and names one file per leaf that no scheduled file's seeks read, for
+    the metadata step to look up; after the replay the stats read nothing, and at least one block
+    per sources' leaf without those names."""
+    # sources inline in the tree (< 2 KiB: ~8 a leaf), then what is read: extents of their own
+    srcs, cache = _sources_and_bytecode(emu_btrfs, request, tmp_path, 40, 1500, 4, 65536)
+    db = tmp_path / "db"
+    _record_and_analyze(emu_btrfs, db, "statonly", [sys.executable, "-S", "-c", STATTER, str(srcs), str(cache)])
+    sched = load_active_schedule(open_db(db), "statonly")
+    fetched = {r.file.path for g in sched.segments for r in g.ranges if r.file is not None}
+    lookups = [f for f in sched.files if f.path not in fetched]
+    assert sched.params["inode_lookups"] == len(lookups) >= 2, sched.params
+    assert sum(os.path.dirname(f.path) == os.fsencode(srcs) for f in lookups) >= 2, lookups
+    names = sorted(os.listdir(srcs))
+
+    def stats():
+        for n in names:
+            os.stat(srcs / n)
+
+    every = list(sched.files)
+    sched.files = [f for f in every if f.path in fetched]
+    assert _reads_after_replay(emu_btrfs, sched, tmp_path, stats) >= 2
+    sched.files = every
+    assert _reads_after_replay(emu_btrfs, sched, tmp_path, stats) == 0

@@ -192,21 +192,27 @@ class FileMap:
         """Files whose lookup makes the replayer's metadata step read the inode blocks the launch
         read: the inodes of files it only stat'ed (an interpreter checks each source beside the
         cached bytecode it reads). Where the file system places inodes by number
-        (FileSystem.inode_clusters: XFS), one name per inode cluster read, from the entries of
+        (FileSystem.inode_clusters: XFS's inode clusters, btrfs's subvolume-tree leaves), one
+        name per cluster read, from the entries of
         the directories on those paths (d_ino: no stat but the chosen one's), never one of
         `files` or a directory, and for a cluster theirs too: warmstartd's watch on a scheduled
         file (a process's cwd, on a directory) keeps its inode in memory, and its lookup then reads
-        nothing of its cluster (docs/replayer.md, "The metadata step")."""
+        nothing of its cluster (docs/replayer.md, "The metadata step") -- except where the step's
+        seeks of the file's ranges read it anyway (btrfs: its extent items share the leaf)."""
         files = list(files)
-        fs_of = {}
+        fs_of: Dict[int, Tuple[object, int]] = {}          # data device -> (fs, st_dev of its mount point)
         for f in files:
-            fs = self.fss.of_dev(f.dev)
-            if fs is not None and fs.data_device() is not None:
-                fs_of[fs.data_device()] = fs
+            fs = self.fss.of_path(f.path)     # by path: a btrfs file's st_dev is its subvolume's
+            if fs is not None and fs.data_device() is not None and fs.data_device() not in fs_of:
+                try:
+                    fs_of[fs.data_device()] = (fs, os.lstat(fs.mount.target).st_dev)
+                except OSError:
+                    continue
         spans: Dict[int, List[Tuple[int, int]]] = {}       # st_dev -> inode clusters read
-        for d, s, n in self.fs_meta_reads:
+        for d, s, n in sorted(self.fs_meta_reads, key=lambda r: (r[0], r[1])):   # read back in disk order
             if d in fs_of:
-                spans.setdefault(fs_of[d].dev, []).extend(fs_of[d].inode_clusters(s, n))
+                fs, st_dev = fs_of[d]
+                spans.setdefault(st_dev, []).extend(fs.inode_clusters(s, n))
         spans = {dev: sorted(set(v)) for dev, v in spans.items() if v}
         if not spans:
             return []
@@ -217,7 +223,10 @@ class FileMap:
             return (dev, i) if i >= 0 and ino < spans[dev][i][1] else None
 
         scheduled = {(f.dev, f.ino) for f in files}
-        served = set()
+        # where the step's seeks of a scheduled file read its inode's cluster even with the inode
+        # in memory (FileSystem.seeks_read_inode_cluster: btrfs), that cluster needs no name
+        served = {k for f in files for k in [span_of(f.dev, f.ino)]
+                  if k is not None and getattr(self.fss.of_path(f.path), "seeks_read_inode_cluster", False)}
         found: List[ScheduledFile] = []
         for d, st in directories_on(f.path for f in files):
             if st.st_dev not in spans:

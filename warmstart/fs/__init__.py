@@ -12,6 +12,8 @@ questions through FileSystem, chosen by the mount's fstype (mountinfo):
 
   metadata       how its metadata is warmed: "bdev" (raw reads of the block device: ext2/3/4)
                  or "fs" (through the file system; fs/metadata.py has the policy built on it)
+  inode_clusters(s, n)  the inode numbers whose lookup reads those sectors (XFS: inode clusters;
+                 btrfs: the leaves of its subvolume tree, read back from the device)
   lookup_event   its tracepoint naming each lookup that misses the dentry cache (XFS), and
                  parse_lookup() of its text: what the recorder traces (lookup_parsers)
 

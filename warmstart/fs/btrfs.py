@@ -17,10 +17,12 @@ replayer's step also seeks each range of a file it reads, for the file extent it
 
 import fcntl
 import os
+import re
 import struct
+from functools import cached_property
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from ..devices import is_block_device
+from ..devices import device_node, is_block_device
 from ..model import Extent
 from .generic import FileSystem
 
@@ -36,6 +38,14 @@ _HDR = struct.Struct("=3Q2I")             # btrfs_ioctl_search_header
 _CHUNK = struct.Struct("=4Q3I2H")         # btrfs_chunk without its stripes
 _STRIPE = struct.Struct("=2Q16s")         # btrfs_stripe
 SEARCH_BUF = 4096 - _KEY.size
+# a tree block's header (struct btrfs_header): csum[32] fsid[16] bytenr flags chunk_tree_uuid[16]
+# generation owner nritems level; then a leaf's items (struct btrfs_item: key objectid, type,
+# offset; data offset, size)
+_HEADER = struct.Struct("<32s16sQQ16sQQIB")
+_ITEM = struct.Struct("<QBQII")
+INODE_ITEM_KEY = 1
+FS_TREE = 5
+FIRST_FREE_OBJECTID = 256          # subvolume trees have ids from here
 
 
 class Chunk(NamedTuple):
@@ -145,6 +155,9 @@ def device_list(fd: int) -> Dict[int, bytes]:
 class Btrfs(FileSystem):
     fstypes = ("btrfs",)
     name = "btrfs"
+    # a file's extent items follow its inode item in the subvolume's tree: the step's seeks read
+    # that leaf whether the inode is in memory or not
+    seeks_read_inode_cluster = True
 
     def __init__(self, mount, table=None):
         super().__init__(mount, table)
@@ -178,6 +191,60 @@ class Btrfs(FileSystem):
 
     def devices(self) -> List[int]:
         return list(self.device_ids().values()) or super().devices()
+
+    @cached_property
+    def _leaf_check(self) -> Optional[Tuple[bytes, int, int]]:
+        """(fsid, nodesize, tree id of the subvolume mounted here), or None if not answered."""
+        m = re.search(rb"(?:^|,)subvolid=(\d+)(?:,|$)", self.mount.options)
+        try:
+            fd = self._open()
+            try:
+                info = bytearray(1024)
+                fcntl.ioctl(fd, BTRFS_IOC_FS_INFO, info, True)
+            finally:
+                os.close(fd)
+        except OSError:
+            return None
+        fsid, nodesize = bytes(info[16:32]), struct.unpack_from("=I", info, 32)[0]
+        return (fsid, nodesize, int(m.group(1)) if m else FS_TREE) if nodesize else None
+
+    def inode_clusters(self, sector: int, nr_sectors: int) -> List[Tuple[int, int]]:
+        """btrfs keys every item of an inode by its number, so each leaf of a subvolume's tree
+        holds the inode items of a run of numbers, and a lookup of any of them reads that leaf.
+        The leaves in those sectors of data_device() are read back from the device (their header
+        and keys: what is there now; a block rewritten since is checked against this file
+        system's fsid, as a leaf, of the subvolume mounted here) and each gives the numbers
+        [first, last + 1) of its inode items. [] for other tree blocks, or a device that cannot
+        be read."""
+        check = self._leaf_check
+        node = device_node(self.data_device()) if check and self.data_device() is not None else None
+        if node is None or nr_sectors <= 0:
+            return []
+        fsid, nodesize, tree = check
+        start, end = sector * 512, (sector + nr_sectors) * 512
+        try:
+            fd = os.open(node, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return []
+        out = []
+        try:
+            for pos in range(start, end - nodesize + 1, nodesize):
+                try:
+                    blk = os.pread(fd, nodesize, pos)
+                except OSError:
+                    break
+                if len(blk) < nodesize:
+                    break
+                _, bfsid, _, _, _, _, owner, nritems, level = _HEADER.unpack_from(blk)
+                if bfsid != fsid or level != 0 or owner != tree or _HEADER.size + nritems * _ITEM.size > nodesize:
+                    continue
+                inos = [k for k, t, *_ in (_ITEM.unpack_from(blk, _HEADER.size + i * _ITEM.size)
+                                           for i in range(nritems)) if t == INODE_ITEM_KEY]
+                if inos:
+                    out.append((min(inos), max(inos) + 1))
+        finally:
+            os.close(fd)
+        return out
 
     def chunks(self) -> List[Chunk]:
         if self._chunks is None:

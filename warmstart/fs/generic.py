@@ -28,6 +28,10 @@ class FileSystem:
     # or None: the recorder traces it (recorder.lookups), so that the metadata step can read the
     # directories the launch looked names up in that no scheduled path passes (parse_lookup)
     lookup_event: Optional[str] = None
+    # does the metadata step's seek of a scheduled file's ranges (SEEK_DATA) read the cluster of
+    # its inode (inode_clusters) even when the inode is in memory? Then that cluster needs no
+    # name looked up for it (FileMap.inode_lookups)
+    seeks_read_inode_cluster = False
 
     def __init__(self, mount: "Mount", table=None):
         self.mount = mount
