@@ -537,8 +537,8 @@ def test_looked_in_directories_resolve_through_chains_in_any_order_and_never_thr
     root = os.fsencode(tmp_path)
     lookups = [(ino["a/b/c"], b"missing"), (ino["a/b"], b"c"), (ino["a"], b"b"), (os.lstat(tmp_path).st_ino, b"link"),
                (os.lstat(tmp_path).st_ino, b"a"), (1 << 40, b"x")]
-    known = _resolve(lookups, {os.lstat(tmp_path).st_ino: root})
-    assert known == {os.lstat(tmp_path).st_ino: root, ino["a"]: root + b"/a", ino["a/b"]: root + b"/a/b",
+    known = _resolve(lookups, {os.lstat(tmp_path).st_ino: (root, os.lstat(tmp_path))})
+    assert {ino: path for ino, (path, _) in known.items()} == {os.lstat(tmp_path).st_ino: root, ino["a"]: root + b"/a", ino["a/b"]: root + b"/a/b",
                      ino["a/b/c"]: root + b"/a/b/c"}
 
 

@@ -113,8 +113,8 @@ class Recording:
     processes: List[Process] = field(default_factory=list)
     files: List[FileInfo] = field(default_factory=list)
     # names looked up past the dentry cache, (dev_t, directory inode, name), on file systems with
-    # a lookup tracepoint (FileSystem.lookup_event: XFS); None: none recorded
-    lookups: Optional[List[Tuple[int, int, bytes]]] = None
+    # a lookup tracepoint (FileSystem.lookup_event: XFS)
+    lookups: List[Tuple[int, int, bytes]] = field(default_factory=list)
 
     @property
     def status(self) -> str:

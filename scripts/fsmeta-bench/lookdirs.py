@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from warmstart.bench.apps import FILES_DIR, catalogue, install_files   # noqa: E
 from warmstart.db import open_db                 # noqa: E402
 from warmstart.db.schedules import load_active_schedule, save_schedule   # noqa: E402
 from warmstart.emudisk.disk import EmuDisk      # noqa: E402
+from runs import cold_run, print_medians        # noqa: E402
 
 
 def main():
@@ -60,21 +60,16 @@ def main():
         for _ in range(a.reps):
             for app in apps:
                 for label, db in (("with", with_dirs), ("without", without)):
-                    emu.drop_caches()
-                    p = subprocess.run(ws + ["--db", str(db), "run", "--mode", "reorder", "--name", app.name,
-                                             "--json", "--", *emu.chroot_argv(app.argv)],
-                                       capture_output=True, text=True, check=True)
-                    d = json.loads(p.stdout)
+                    d = cold_run(emu, ws + ["--db", str(db)], emu.chroot_argv(app.argv), "--mode", "reorder",
+                                 "--name", app.name)
                     row = (d["launch_time_s"], d["prebuffer_s"], d["app_time_s"])
-                    res.setdefault((app.name, label), []).append(row)
+                    res.setdefault(f"{app.name} {label} lookup_dirs", []).append(row)
                     print(f"{app.name} {label} lookup_dirs: launch {row[0]:.3f} s, pre-buffer {row[1]:.3f}, "
                           f"app {row[2]:.3f}", flush=True)
     finally:
         emu.down()
-    print(f"\nmedians of {a.reps} ({a.fs}, hdd7200, random layout, reorder): launch / pre-buffer / app after release")
-    for (name, label), rows in res.items():
-        med = [statistics.median(x[i] for x in rows) for i in range(3)]
-        print(f"  {name} {label} lookup_dirs: " + " / ".join(f"{m:.3f}" for m in med))
+    print_medians(f"of {a.reps} ({a.fs}, hdd7200, random layout, reorder): launch / pre-buffer / app after release",
+                  res)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,8 @@ turn, the build's own put back at the end); default the build's. Root; minutes t
 
 import argparse
 import ctypes
-import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +27,7 @@ sys.path.insert(0, str(REPO))
 from warmstart.db import open_db                 # noqa: E402
 from warmstart.db.schedules import load_active_schedule   # noqa: E402
 from warmstart.emudisk.disk import EmuDisk      # noqa: E402
+from runs import cold_run, print_medians        # noqa: E402
 
 PYTHON = ["python3", "-c", "import asyncio, email.mime.multipart, http.client, xml.etree.ElementTree, decimal, "
           "unittest, logging.handlers, concurrent.futures, urllib.request, tarfile, sqlite3, argparse, json, csv, "
@@ -74,25 +73,19 @@ def main():
                 for pin in PINS:
                     fd = watch({"none": [], "all": every, "data": data}[pin])
                     try:
-                        emu.drop_caches()
-                        p = subprocess.run(ws + ["run", "--name", "py", "--json", "--", *argv],
-                                           capture_output=True, text=True, check=True)
+                        d = cold_run(emu, ws, argv, "--name", "py")
                     finally:
                         os.close(fd)
-                    d = json.loads(p.stdout)
                     r = d["replay_stats"]
                     row = (d["launch_time_s"], r["t_meta_ns"] / 1e9, d["prebuffer_s"], d["app_time_s"])
-                    res.setdefault((b, pin), []).append(row)
+                    res.setdefault(f"{b} watches={pin}", []).append(row)
                     print(f"{b} watches={pin}: launch {row[0]:.3f} s, step {row[1]:.3f}, pre-buffer {row[2]:.3f}, "
                           f"app {row[3]:.3f}", flush=True)
     finally:
         shutil.copy(keep, str(build) + ".tmp")
         os.replace(str(build) + ".tmp", build)
         emu.down()
-    print(f"\nmedians of {a.reps} ({a.fs}, hdd7200, random layout): launch / step / pre-buffer / app after release")
-    for (b, pin), rows in res.items():
-        med = [statistics.median(x[i] for x in rows) for i in range(4)]
-        print(f"  {b} watches={pin}: " + " / ".join(f"{m:.3f}" for m in med))
+    print_medians(f"of {a.reps} ({a.fs}, hdd7200, random layout): launch / step / pre-buffer / app after release", res)
 
 
 if __name__ == "__main__":

@@ -225,8 +225,8 @@ class FileMap:
         scheduled = {(f.dev, f.ino) for f in files}
         # where the step's seeks of a scheduled file read its inode's cluster even with the inode
         # in memory (FileSystem.seeks_read_inode_cluster: btrfs), that cluster needs no name
-        served = {k for f in files for k in [span_of(f.dev, f.ino)]
-                  if k is not None and getattr(self.fss.of_path(f.path), "seeks_read_inode_cluster", False)}
+        seeking = {st_dev for fs, st_dev in fs_of.values() if fs.seeks_read_inode_cluster}
+        served = {k for f in files if f.dev in seeking for k in [span_of(f.dev, f.ino)] if k is not None}
         found: List[ScheduledFile] = []
         for d, st in directories_on(f.path for f in files):
             if st.st_dev not in spans:

@@ -27,9 +27,12 @@ from ..fs import FileSystems
 from ..fs.metadata import directories_on, listed_dirs
 
 
-def _resolve(lookups: Sequence[Tuple[int, bytes]], seeds: Dict[int, bytes]) -> Dict[int, bytes]:
-    """Directory inode -> path, from the seeds (inodes of known directories) and every looked-up
-    name that is a directory now, repeated until nothing more resolves."""
+Dir = Tuple[bytes, os.stat_result]
+
+
+def _resolve(lookups: Sequence[Tuple[int, bytes]], seeds: Dict[int, Dir]) -> Dict[int, Dir]:
+    """Directory inode -> (path, its lstat), from the seeds (known directories) and every
+    looked-up name that is a directory now, repeated until nothing more resolves."""
     known = dict(seeds)
     tried: Set[bytes] = set()
     grew = True
@@ -39,7 +42,7 @@ def _resolve(lookups: Sequence[Tuple[int, bytes]], seeds: Dict[int, bytes]) -> D
             parent = known.get(dino)
             if parent is None:
                 continue
-            path = os.path.join(parent, name)
+            path = os.path.join(parent[0], name)
             if path in tried:
                 continue
             tried.add(path)
@@ -48,7 +51,7 @@ def _resolve(lookups: Sequence[Tuple[int, bytes]], seeds: Dict[int, bytes]) -> D
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode) and st.st_ino not in known:
-                known[st.st_ino] = path
+                known[st.st_ino] = (path, st)
                 grew = True
     return known
 
@@ -70,11 +73,11 @@ def lookup_dirs(conn, rids: Iterable[int], scheduled: Iterable[bytes], fss: File
         fs = fss.of_dev(dev)
         if fs is None:
             continue
-        seeds = {st.st_ino: d for d, st in on_paths if st.st_dev == dev}
+        seeds = {st.st_ino: (d, st) for d, st in on_paths if st.st_dev == dev}
         try:
             st = os.lstat(fs.mount.target)
             if fs.mount.root == b"/" and st.st_dev == dev:
-                seeds[st.st_ino] = fs.mount.target
+                seeds[st.st_ino] = (fs.mount.target, st)
         except OSError:
             pass
         events = by_dev[dev]
@@ -84,16 +87,10 @@ def lookup_dirs(conn, rids: Iterable[int], scheduled: Iterable[bytes], fss: File
             names.setdefault(dino, set()).add(name)
         report["unresolved_dirs"] += sum(d not in known for d in names)
         for dino, looked in names.items():
-            path = known.get(dino)
+            path, st = known.get(dino, (None, None))
             if path is None or path in on_path_names:
                 continue
             report["dirs"] += 1
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if not stat.S_ISDIR(st.st_mode) or st.st_ino != dino:
-                continue
             blocks = -(-st.st_size // max(512, st.st_blksize))
             if blocks > len(looked):
                 report["too_big"] += 1

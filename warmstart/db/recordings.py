@@ -120,7 +120,7 @@ def insert_recording(conn: sqlite3.Connection, app_name: str, executable: bytes,
                   json.dumps([[e.logical, e.physical, e.length, e.flags] for e in f.extents])) for f in rec.files])
             conn.executemany(
                 "INSERT INTO recording_lookups (recording_id, seq, dev, dir_ino, name) VALUES (?, ?, ?, ?, ?)",
-                [(rid, i, d, ino, name) for i, (d, ino, name) in enumerate(rec.lookups or (), start=1)])
+                [(rid, i, d, ino, name) for i, (d, ino, name) in enumerate(rec.lookups, start=1)])
             supersede_older(conn, app_id, rid)
     except sqlite3.OperationalError as e:
         if "full" in str(e).lower():

@@ -45,7 +45,6 @@ _HEADER = struct.Struct("<32s16sQQ16sQQIB")
 _ITEM = struct.Struct("<QBQII")
 INODE_ITEM_KEY = 1
 FS_TREE = 5
-FIRST_FREE_OBJECTID = 256          # subvolume trees have ids from here
 
 
 class Chunk(NamedTuple):
@@ -193,8 +192,12 @@ class Btrfs(FileSystem):
         return list(self.device_ids().values()) or super().devices()
 
     @cached_property
-    def _leaf_check(self) -> Optional[Tuple[bytes, int, int]]:
-        """(fsid, nodesize, tree id of the subvolume mounted here), or None if not answered."""
+    def _leaves(self) -> Optional[Tuple[str, bytes, int, int]]:
+        """(data device node, fsid, nodesize, tree id of the subvolume mounted here): what reading
+        its leaves back needs; None if not answered."""
+        node = device_node(self.data_device()) if self.data_device() is not None else None
+        if node is None:
+            return None
         m = re.search(rb"(?:^|,)subvolid=(\d+)(?:,|$)", self.mount.options)
         try:
             fd = self._open()
@@ -206,7 +209,7 @@ class Btrfs(FileSystem):
         except OSError:
             return None
         fsid, nodesize = bytes(info[16:32]), struct.unpack_from("=I", info, 32)[0]
-        return (fsid, nodesize, int(m.group(1)) if m else FS_TREE) if nodesize else None
+        return (node, fsid, nodesize, int(m.group(1)) if m else FS_TREE) if nodesize else None
 
     def inode_clusters(self, sector: int, nr_sectors: int) -> List[Tuple[int, int]]:
         """btrfs keys every item of an inode by its number, so each leaf of a subvolume's tree
@@ -216,11 +219,9 @@ class Btrfs(FileSystem):
         system's fsid, as a leaf, of the subvolume mounted here) and each gives the numbers
         [first, last + 1) of its inode items. [] for other tree blocks, or a device that cannot
         be read."""
-        check = self._leaf_check
-        node = device_node(self.data_device()) if check and self.data_device() is not None else None
-        if node is None or nr_sectors <= 0:
+        if self._leaves is None or nr_sectors <= 0:
             return []
-        fsid, nodesize, tree = check
+        node, fsid, nodesize, tree = self._leaves
         start, end = sector * 512, (sector + nr_sectors) * 512
         try:
             fd = os.open(node, os.O_RDONLY | os.O_CLOEXEC)
