@@ -9,6 +9,8 @@ import json
 import os
 
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import have_fuse, have_loop, have_tracefs, require
 from warmstart.bench import apps
@@ -83,14 +85,16 @@ def test_bench_one_rep_synth(tmp_path):
 
 def test_bench_hook_mode_and_run_from_outside_on_the_random_layout(tmp_path):
     """hook: plain launches with warmstartd and its learner, each checked, timed and claimed from
-    the learner's feedback; run-cli: `warmstart run` timed from outside; the random layout."""
+    the learner's feedback, made after each repetition's other modes (not all after the matrix:
+    a host slowing down during the run would slow them alone); every row carries the app's own
+    CPU time; run-cli: `warmstart run` timed from outside; the random layout."""
     require(have_fuse() and have_loop() and have_tracefs(), "bench needs root, FUSE, loop devices and tracefs")
     from test_hook_daemon import have_fanotify_perm
     require(have_fanotify_perm(), "needs root and fanotify permission events")
     db, md = tmp_path / "w.db", tmp_path / "bench.md"
     result = CliRunner().invoke(cli, ["--db", str(db), "bench", "--disk", "hdd7200", "--layout", "random",
-                                      "--apps", "synth", "--reps", "1", "--hook-launches", "3",
-                                      "--modes", "cold,reorder,reorder-ours,run-cli,hook", "--no-timeline",
+                                      "--apps", "synth", "--reps", "2", "--hook-launches", "3",
+                                      "--modes", "cold,reorder-ours,run-cli,hook", "--no-timeline",
                                       "--markdown", str(md), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output + result.stderr
     doc = json.loads(result.stdout)
@@ -98,15 +102,21 @@ def test_bench_hook_mode_and_run_from_outside_on_the_random_layout(tmp_path):
     conn = open_db(db)
     rows = conn.execute("SELECT mode, launch_time_s, details_json FROM launches WHERE bench_id = ? ORDER BY id",
                         (doc["bench_id"],)).fetchall()
+    # repetition 1: its other modes, then 2 of the 3 hook launches; repetition 2: then the third
+    assert [r[0] for r in rows] == ["cold", "reorder", "run-cli", "hook", "hook",
+                                    "cold", "reorder", "run-cli", "hook"], [r[0] for r in rows]
     hooked = [json.loads(r[2]) for r in rows if r[0] == "hook"]
     assert len(hooked) == 3
+    # the app's CPU (synth: 48 reads with 12 bursts of 5-20 ms of CPU between them), at most its wall time
+    timed = [(json.loads(r[2]).get("bench") or json.loads(r[2]), r[1]) for r in rows if r[0] != "run-cli"]
+    assert all(0.04 < (d["app_cpu_s"]) <= t for d, t in timed), timed
     for d in hooked:  # the learner's row of that launch, claimed: its verdict and exact exec-to-exit time
         assert d["bench"]["outcome"] in ("ready", "deadline") and d["feedback"]["judged"] is not None
         # exec to exit, as the replayer saw the exit (its pidfd poll waking), within fork to exit as
         # the bench's wait saw it: up to a wake-up's latency later on a busy machine (0.4 ms seen)
         assert 0 < d["bench"]["exec_to_exit_s"] <= d["bench"]["outside_s"] + EXIT_SEEN_LATE_S, d["bench"]
     cli_runs = [json.loads(r[2]) for r in rows if r[0] == "run-cli"]
-    assert len(cli_runs) == 1 and cli_runs[0]["startup_overhead_s"] > 0
+    assert len(cli_runs) == 2 and all(r["startup_overhead_s"] > 0 for r in cli_runs)
     res = doc["results"]["synth"]
     assert res["hook_vs_best_reorder"] > 0 and res["hook_outcomes"] and res["run_cli_overhead_s"] > 0
     assert "hook / best of reorder" in md.read_text()
@@ -168,3 +178,12 @@ def test_bench_names_the_file_system_as_mounted(emu_btrfs):
     dut = DiskUnderTest("hdd7200", print, fs="btrfs")
     dut.emu = emu_btrfs
     assert dut.fstype() == "btrfs"
+
+
+@given(st.integers(1, 50), st.integers(1, 12))
+def test_hook_launches_spread_over_the_repetitions(total, reps):
+    """Every hook launch is made once, in repetitions that differ by at most one launch, the
+    earlier ones taking the extra."""
+    from warmstart.bench.hookmode import launches_in_rep
+    per = [launches_in_rep(total, reps, r) for r in range(reps)]
+    assert sum(per) == total and max(per) - min(per) <= 1 and per == sorted(per, reverse=True)

@@ -111,3 +111,17 @@ def test_refused_export_releases_the_app_without_prefetch(tmp_path):
     assert rp.wait_ready(10) is False       # EOF without "ready"
     st = rp.finish(10)
     assert st["status"] == "refused" and st["exit_status"] == 3
+
+
+def test_a_launch_reports_the_apps_own_cpu_time():
+    """launch() takes the app's user + system CPU from wait4 at its exit, its waited-for children's
+    included, and not the time it slept (the bench's per-launch CPU, docs/benchmarks.md)."""
+    from warmstart.launching import launch
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    code = (f"import subprocess, sys, time\n{burn}"
+            f"subprocess.run([sys.executable, '-c', {burn!r}])\ntime.sleep(0.4)\n")
+    out = launch([sys.executable, "-c", code], passthrough=False)
+    assert out.exit_status == 0 and out.end_reason == "exit"
+    wall = out.launch_time_s
+    # 0.3 s burnt by the app and 0.3 s by its child, plus interpreter start-up; 0.4 s asleep
+    assert 0.6 <= out.cpu_s < wall - 0.35, (out.cpu_s, wall)

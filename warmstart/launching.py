@@ -82,6 +82,7 @@ class LaunchResult:
     exit_status: Optional[int]      # returncode (negative = killed by that signal); None if still running at the end
     output: bytes = b""
     devices: List[int] = field(default_factory=list)
+    cpu_s: Optional[float] = None   # the command's user + system CPU (its waited-for children's too), at exit
 
     @property
     def launch_time_s(self) -> float:
@@ -255,6 +256,22 @@ def _start(argv: Sequence, cwd, env) -> subprocess.Popen:
         raise WarmstartError(f"cannot start {os.fsdecode(argv[0])}: {e.strerror}")
 
 
+def _reap(proc: subprocess.Popen) -> Optional[float]:
+    """Popen.poll() that also takes the exited command's CPU time (wait4's rusage): sets
+    proc.returncode and returns user + system seconds once it has exited, else None."""
+    if proc.returncode is not None:
+        return None
+    try:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+    except ChildProcessError:   # reaped elsewhere: no rusage
+        proc.poll()
+        return None
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return ru.ru_utime + ru.ru_stime
+
+
 def launch(argv: Sequence, until: Until = Until("exit"), timeout: float = 60.0, *,
            cwd=None, env: Optional[Mapping[str, str]] = None, devices: Sequence[int] = (),
            passthrough: bool = True, kill_at_end: bool = True,
@@ -295,7 +312,8 @@ def launch(argv: Sequence, until: Until = Until("exit"), timeout: float = 60.0, 
         last = {d: _read_dev_stat(d) for d in devices}
         last_io_ns = start_ns
         while True:
-            if proc.poll() is not None:
+            cpu_s = _reap(proc)
+            if proc.returncode is not None:
                 end_ns, reason = time.monotonic_ns(), "exit"
                 break
             now = time.monotonic_ns()
@@ -330,4 +348,5 @@ def launch(argv: Sequence, until: Until = Until("exit"), timeout: float = 60.0, 
     if reason == "exit" or kill_at_end:
         pump.join(timeout=5)
     return LaunchResult(pid=proc.pid, start_ns=start_ns, end_ns=end_ns, end_reason=reason,
-                        exit_status=status, output=pump.output, devices=devices)
+                        exit_status=status, output=pump.output, devices=devices,
+                        cpu_s=cpu_s if reason == "exit" else None)

@@ -1,11 +1,15 @@
 """bench's `hook` mode: the launch a user actually gets. warmstartd and its learner run (a hook
 tree of the bench's own, `warmstart hook install` on the bench's database); each app is then
-launched plainly, `hook_launches` times in a row with caches dropped before each, timed from
-outside (fork to exit, as every other mode's app run), its output checked against the plain
-reference run. The learner's feedback row of each launch is claimed for the bench run, so the
-hook's own verdicts (judged or not, degraded, re-learned) stay visible next to the times.
+launched plainly, with caches dropped before each, timed from outside (fork to exit, as every
+other mode's app run), its output checked against the plain reference run. The learner's feedback
+row of each launch is claimed for the bench run, so the hook's own verdicts (judged or not,
+degraded, re-learned) stay visible next to the times.
 
-It runs after the round-robin matrix: the daemon would hook the other modes' launches too.
+The hook launches are spread over the repetitions, after each repetition's other modes, as every
+mode is round-robin: a host whose CPU slows down during the run (seen: the same warm launch
+0.63 s, then 1.16 s, half an hour later) then slows every mode alike, not the one measured last.
+warmstartd runs only during those launches (it would hook the other modes' launches too); the
+learner runs throughout and sees each app's hooked launches in order, as consecutive launches.
 """
 
 import json
@@ -15,6 +19,7 @@ import time
 
 from ..db import launches as launches_db
 from ..db.recordings import get_app
+from ..db.schedules import active_schedule_summary, list_schedules
 from ..launching import launch
 
 
@@ -36,63 +41,127 @@ def _wait_feedback(conn, app_id: int, after_id: int, timeout_s: float = 150.0):
     return None
 
 
-def run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate, tick, say) -> None:
-    from ..hook import manage
-    from ..hook.layout import hook_paths
-    with tempfile.TemporaryDirectory(prefix="warmstart-bench-hook-") as root:
-        old_root = os.environ.get("WARMSTART_HOOK_ROOT")
-        os.environ["WARMSTART_HOOK_ROOT"] = root
+def launches_in_rep(total: int, reps: int, rep: int) -> int:
+    """How many of an app's `total` hook launches repetition `rep` (0-based) makes: spread evenly,
+    the earlier repetitions taking one more where they do not divide."""
+    return total // reps + (1 if rep < total % reps else 0)
+
+
+class HookMode:
+    """`with HookMode(...) as hook:` installs the hook (warmstartd paused), `hook.rep(r)` makes
+    repetition r's hook launches of every app, and the exit uninstalls it."""
+
+    def __init__(self, conn, cfg, dut, doc, bench_id, prepared, make_cold, activate, tick, say):
+        self.conn, self.cfg, self.dut, self.doc, self.bench_id = conn, cfg, dut, doc, bench_id
+        self.prepared, self.make_cold, self.activate, self.tick, self.say = prepared, make_cold, activate, tick, say
+        self.made = {}       # app name -> hook launches made so far
+        self.active = {}     # app name -> the schedule the hook serves (the learner may replace it)
+
+    def __enter__(self) -> "HookMode":
+        from ..hook import manage, service
+        from ..hook.config import load_config
+        from ..hook.layout import hook_paths
+        self._tmp = tempfile.TemporaryDirectory(prefix="warmstart-bench-hook-")
+        self._old_root = os.environ.get("WARMSTART_HOOK_ROOT")
+        os.environ["WARMSTART_HOOK_ROOT"] = self._tmp.name
         try:
-            for _app, name, _argv, _ref, info in prepared.values():
-                activate(conn, name, info["schedules"]["ours"])
-            paths = hook_paths()
-            inst = manage.install(conn)
-            hooked = {e["app"] for e in inst["entries"]}
-            say(f"hook installed in {root}: {len(hooked)} app(s) hooked, learner pid {inst['learner']['pid']}")
-            for app, name, argv, ref, info in prepared.values():
-                if name not in hooked:
-                    doc["problems"].append(f"{app.name} hook: not in the hook index "
-                                           f"({[s['reason'] for s in inst['skipped'] if s['app'] == name]})")
-                    continue
-                app_id = get_app(conn, name)["id"]
-                for i in range(cfg.hook_launches):
-                    where = f"{app.name} hook launch {i + 1}"
-                    last = launches_db.last_launch_id(conn)
-                    n_events = len(_events(paths))
-                    make_cold(dut)
-                    out = launch(argv, timeout=cfg.timeout, passthrough=False)
-                    t = (out.end_ns - out.start_ns) / 1e9
-                    ev = [e for e in _events(paths)[n_events:] if e.get("event") == "launch"]
-                    outcome = ev[-1]["outcome"] if ev else "not hooked"
-                    row = _wait_feedback(conn, app_id, last) if ev and ev[-1].get("stats") else None
-                    details = {"rep": i, "outside_s": t, "outcome": outcome,
-                               "held_ms": ev[-1].get("held_ms") if ev else None,
-                               "exec_to_exit_s": row["launch_time_s"] if row else None}
-                    if row is not None:
-                        launches_db.claim_launch(conn, row["id"], bench_id=bench_id, disk=cfg.label,
-                                                 launch_time_s=t, exit_status=out.exit_status, extra=details)
-                    else:
-                        # what the user got, prefetched or not: counted in the hook's times
-                        launches_db.insert_launch(conn, app_id=app_id, mode="hook", disk=cfg.label,
-                                                  launch_time_s=t, exit_status=out.exit_status,
-                                                  bench_id=bench_id, details={"bench": details})
-                    if out.exit_status != ref.exit_status:
-                        doc["problems"].append(f"{where}: exit status {out.exit_status}, plain run {ref.exit_status}")
-                    elif out.output != ref.output:
-                        doc["problems"].append(f"{where}: output differs from the plain run's")
-                    if outcome not in ("ready", "deadline"):
-                        doc["problems"].append(f"{where}: not prefetched ({outcome})")
-                    info.setdefault("hook_outcomes", []).append(outcome)
-                    tick(f"hook {app.name} {i + 1}")
-            status = manage.status(conn)
-            # the database's other apps (other disks' runs) have their own verdicts: not this run's
-            mine = {name for _app, name, *_ in prepared.values()}
-            ours = {k: v for k, v in (status.get("degraded") or {}).items() if k in mine}
-            doc["hook"] = {"launches_per_app": cfg.hook_launches, "degraded": ours,
-                           "index_apps": (status.get("index") or {}).get("apps")}
+            for _app, name, _argv, _ref, info in self.prepared.values():
+                self.activate(self.conn, name, info["schedules"]["ours"])
+                self.active[name] = info["schedules"]["ours"]
+            self.paths = hook_paths()
+            self.hook_cfg = load_config(self.paths.config if self.paths.config.exists() else None)
+            inst = manage.install(self.conn, use_systemd=False)
+            service.stop(self.paths, use_systemd=False)   # paused until a repetition's hook launches
+        except BaseException:
+            self._restore()
+            raise
+        self.hooked = {e["app"] for e in inst["entries"]}
+        self.say(f"hook installed in {self._tmp.name}: {len(self.hooked)} app(s) hooked, "
+                 f"learner pid {inst['learner']['pid']}")
+        for app, name, *_ in self.prepared.values():
+            if name not in self.hooked:
+                self.doc["problems"].append(f"{app.name} hook: not in the hook index "
+                                            f"({[s['reason'] for s in inst['skipped'] if s['app'] == name]})")
+        return self
+
+    def rep(self, rep: int) -> None:
+        """Repetition rep's hook launches: the hook's schedules active again (the matrix activates
+        its own per mode) and in the index, warmstartd running only meanwhile."""
+        from ..hook import manage, service
+        todo = [p for p in self.prepared.values()
+                if p[1] in self.hooked and launches_in_rep(self.cfg.hook_launches, self.cfg.reps, rep)]
+        if not todo:
+            return
+        for _app, name, _argv, _ref, info in todo:
+            # a schedule newer than the bench's own is the learner's (a relearn analyzed meanwhile)
+            newest = max(s["id"] for s in list_schedules(self.conn, name))
+            if newest > max(info["schedules"].values()):
+                self.active[name] = max(self.active[name], newest)
+            self.activate(self.conn, name, self.active[name])
+        manage.refresh(self.conn, self.paths)
+        service.start(self.paths, use_systemd=False, cfg=self.hook_cfg)
+        try:
+            for app, name, argv, ref, info in todo:
+                for _ in range(launches_in_rep(self.cfg.hook_launches, self.cfg.reps, rep)):
+                    self._launch(app, name, argv, ref, info)
+                current = active_schedule_summary(self.conn, name)
+                if current is not None:
+                    self.active[name] = current["id"]
         finally:
-            manage.uninstall()
-            if old_root is None:
-                os.environ.pop("WARMSTART_HOOK_ROOT", None)
-            else:
-                os.environ["WARMSTART_HOOK_ROOT"] = old_root
+            service.stop(self.paths, use_systemd=False)
+
+    def _launch(self, app, name, argv, ref, info) -> None:
+        conn, cfg = self.conn, self.cfg
+        i = self.made.get(name, 0)
+        self.made[name] = i + 1
+        app_id = get_app(conn, name)["id"]
+        where = f"{app.name} hook launch {i + 1}"
+        last = launches_db.last_launch_id(conn)
+        n_events = len(_events(self.paths))
+        self.make_cold(self.dut)
+        out = launch(argv, timeout=cfg.timeout, passthrough=False)
+        t = (out.end_ns - out.start_ns) / 1e9
+        ev = [e for e in _events(self.paths)[n_events:] if e.get("event") == "launch"]
+        outcome = ev[-1]["outcome"] if ev else "not hooked"
+        row = _wait_feedback(conn, app_id, last) if ev and ev[-1].get("stats") else None
+        details = {"rep": i, "outside_s": t, "app_cpu_s": out.cpu_s, "outcome": outcome,
+                   "held_ms": ev[-1].get("held_ms") if ev else None,
+                   "exec_to_exit_s": row["launch_time_s"] if row else None}
+        if row is not None:
+            launches_db.claim_launch(conn, row["id"], bench_id=self.bench_id, disk=cfg.label,
+                                     launch_time_s=t, exit_status=out.exit_status, extra=details)
+        else:
+            # what the user got, prefetched or not: counted in the hook's times
+            launches_db.insert_launch(conn, app_id=app_id, mode="hook", disk=cfg.label,
+                                      launch_time_s=t, exit_status=out.exit_status,
+                                      bench_id=self.bench_id, details={"bench": details})
+        if out.exit_status != ref.exit_status:
+            self.doc["problems"].append(f"{where}: exit status {out.exit_status}, plain run {ref.exit_status}")
+        elif out.output != ref.output:
+            self.doc["problems"].append(f"{where}: output differs from the plain run's")
+        if outcome not in ("ready", "deadline"):
+            self.doc["problems"].append(f"{where}: not prefetched ({outcome})")
+        info.setdefault("hook_outcomes", []).append(outcome)
+        self.tick(f"hook {app.name} {i + 1}")
+
+    def __exit__(self, *exc) -> None:
+        from ..hook import manage
+        try:
+            status = manage.status(self.conn)
+            # the database's other apps (other disks' runs) have their own verdicts: not this run's
+            mine = {name for _app, name, *_ in self.prepared.values()}
+            ours = {k: v for k, v in (status.get("degraded") or {}).items() if k in mine}
+            self.doc["hook"] = {"launches_per_app": self.cfg.hook_launches, "degraded": ours,
+                                "index_apps": (status.get("index") or {}).get("apps")}
+        finally:
+            try:
+                manage.uninstall()
+            finally:
+                self._restore()
+
+    def _restore(self) -> None:
+        if self._old_root is None:
+            os.environ.pop("WARMSTART_HOOK_ROOT", None)
+        else:
+            os.environ["WARMSTART_HOOK_ROOT"] = self._old_root
+        self._tmp.cleanup()

@@ -48,7 +48,7 @@ from .sampler import LaunchSampler, block_name
 ALL_MODES = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "segmented-paper", "segmented", "warm",
              "run-cli", "hook")
 # Measured after the round-robin matrix, not in it: warmstartd would hook the other modes' launches.
-AFTER_MATRIX = ("hook",)
+AFTER_EACH_REP = ("hook",)   # made after each repetition's other modes (hookmode.py)
 DISKS = ("hdd7200", "ssd", "real")
 # mode -> (replayer mode or "none", schedule to activate: "plain", "paper", "ours" or None).
 # The papers' baselines (interleave as FAST, reorder) fetch the launch's blocks as recorded:
@@ -455,18 +455,20 @@ def _analyze_three(conn, name: str, say) -> dict:
 
 def _run_matrix(conn, db_path, cfg: BenchConfig, dut, doc: dict, bench_id: str, prepared: dict, until,
                 tick, say) -> None:
-    """reps repetitions of every mode, round-robin over apps and modes; then the hook mode, then
-    relocation if asked. Leaves our algorithm's schedule active, as analyze does."""
+    """reps repetitions of every mode, round-robin over apps and modes, each repetition ending with
+    its share of the hook launches (hookmode.py); then relocation if asked. Leaves our algorithm's schedule active, as analyze does."""
     from . import relocation
-    for rep in range(cfg.reps):
-        for app, name, argv, ref, info in prepared.values():
-            for mode in [m for m in cfg.modes if m not in AFTER_MATRIX]:
-                relocation.counted(conn, dut, bench_id, mode, lambda: _measure(
-                    conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until))
-                tick(f"rep {rep + 1} {app.name} {mode}")
-    if "hook" in cfg.modes:
-        from .hookmode import run_hook_mode
-        run_hook_mode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate_schedule, tick, say)
+    from .hookmode import HookMode
+    with (HookMode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate_schedule, tick, say)
+          if "hook" in cfg.modes else contextlib.nullcontext()) as hook:
+        for rep in range(cfg.reps):
+            for app, name, argv, ref, info in prepared.values():
+                for mode in [m for m in cfg.modes if m not in AFTER_EACH_REP]:
+                    relocation.counted(conn, dut, bench_id, mode, lambda: _measure(
+                        conn, db_path, cfg, dut, doc, bench_id, rep, app, name, argv, ref, info, mode, until))
+                    tick(f"rep {rep + 1} {app.name} {mode}")
+            if hook is not None:
+                hook.rep(rep)
     for _, name, _, _, info in prepared.values():
         activate_schedule(conn, name, info["schedules"]["ours"])
     if cfg.relocate or cfg.relocate_one:

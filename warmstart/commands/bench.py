@@ -37,7 +37,8 @@ def _split(value):
                    "system (upper and work dirs on tmpfs), as a container does, named APP@overlay; its "
                    "results compare each mode with the same launch from the lower file system.")
 @click.option("--hook-launches", default=5, show_default=True, type=click.IntRange(min=1),
-              help="hook mode: consecutive plain launches per app, warmstartd and its learner running.")
+              help="hook mode: plain launches per app, warmstartd and its learner running, "
+                   "spread over the repetitions (each after the repetition's other modes).")
 @click.option("--reps", default=5, show_default=True, type=int, help="Repetitions of every mode.")
 @click.option("--modes", metavar="LIST", default=",".join(ALL_MODES), show_default=True,
               help="Comma-separated modes to measure.")

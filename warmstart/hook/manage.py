@@ -65,7 +65,9 @@ def refresh_if_installed(conn) -> Optional[dict]:
 
 
 def install(conn, with_preload: bool = False, system_preload: bool = False,
-            daemon: Optional[bool] = None) -> dict:
+            daemon: Optional[bool] = None, use_systemd: Optional[bool] = None) -> dict:
+    """use_systemd: None = when systemd is PID 1 (False: started directly, as the bench does,
+    which stops and starts warmstartd between its repetitions)."""
     paths = hook_paths()
     result = refresh(conn, paths)
     if daemon is None:
@@ -78,8 +80,8 @@ def install(conn, with_preload: bool = False, system_preload: bool = False,
         db_file = database_file(conn)
         service.stop_learner(paths)  # it must not write an old offset after the new generation's
         result["generation"] = events.start_generation(paths, db_file)["id"]
-        result["daemon"] = service.start(paths, cfg=cfg)
-        result["learner"] = {"pid": service.start_learner(paths, db_file), "learn": cfg.learn}
+        result["daemon"] = service.start(paths, use_systemd, cfg)
+        result["learner"] = {"pid": service.start_learner(paths, db_file, use_systemd), "learn": cfg.learn}
     if with_preload:
         result["preload"] = preload.install(paths, system_preload)
     return result

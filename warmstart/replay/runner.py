@@ -30,6 +30,7 @@ class LaunchOutcome:
     prefetched: bool               # the replayer ran and released the app with "ready"
     launch_time_s: float           # replayer start (or fork, without prefetch) -> launch end
     app_time_s: float              # fork -> launch end
+    app_cpu_s: Optional[float]     # the app's user + system CPU (None: it had not exited at the end)
     prebuffer_s: float             # replayer start -> release (0 without prefetch)
     exit_status: Optional[int]
     end_reason: str
@@ -142,7 +143,7 @@ def run_launch(conn, argv: Sequence[str], prefetch: Prefetch = Prefetch(), how: 
     outcome = LaunchOutcome(
         app_name=app["name"] if app else None, mode=mode, prefetched=ready,
         launch_time_s=(result.end_ns - min(t0, result.start_ns)) / 1e9,
-        app_time_s=result.launch_time_s,
+        app_time_s=result.launch_time_s, app_cpu_s=result.cpu_s,
         prebuffer_s=((rp.ready_ns - t0) / 1e9) if rp else 0.0,
         exit_status=result.exit_status, end_reason=result.end_reason,
         output=result.output, notes=notes, replay_stats=stats)
@@ -202,6 +203,7 @@ def _store_launch(conn, app: dict, schedule, outcome: LaunchOutcome, page_use, s
         prefetched_bytes=page_use.prefetched_bytes if page_use else (stats or {}).get("bytes_fetched"),
         used_bytes=page_use.used_bytes if page_use else None,
         prefetched_used_bytes=page_use.prefetched_used_bytes if page_use else None, bench_id=store.bench_id,
-        details={"app_time_s": outcome.app_time_s, "prebuffer_s": outcome.prebuffer_s,
+        details={"app_time_s": outcome.app_time_s, "app_cpu_s": outcome.app_cpu_s,
+                 "prebuffer_s": outcome.prebuffer_s,
                  "end_reason": outcome.end_reason, "until": str(until), "notes": outcome.notes,
                  "replay": stats, "page_use": outcome.page_use})

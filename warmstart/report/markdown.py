@@ -129,7 +129,7 @@ def render(doc: dict, command: str = "") -> str:
            for a in doc["results"].values()):
         lines += ["", "## The launch a user gets: hooked plain launches, `warmstart run` from outside", "",
                   "hook: plain launches with warmstartd and its learner running, "
-                  f"{(doc.get('hook') or {}).get('launches_per_app', '–')} in a row per app after the matrix, "
+                  f"{(doc.get('hook') or {}).get('launches_per_app', '–')} per app, spread over the repetitions (each after the repetition's other modes), "
                   "caches dropped before each, fork to exit. run-cli: `warmstart run` timed from outside; "
                   "overhead = that minus the launch time it reports.", "",
                   "| app | hook / best of reorder, reorder-ours | hook / LB | hook / cold | outcomes | run-cli overhead (s) |",
