@@ -119,6 +119,23 @@ def test_simple_cases():
     assert bound.launch_bound(0.2, 0.1, 0.02, 0.15) == 0.2          # the cap only lowers a cut
 
 
+def test_the_bound_at_a_launchs_cpu_scales_the_cpu_halves_only():
+    """LB at a launch's CPU: the cut's CPU half and the warm launch times the launch's CPU over
+    the warm launch's, the fetch half and the schedule's pass as they are."""
+    at_cpu = bound.launch_bound_at_cpu
+    # at the warm launch's own CPU: LB itself
+    assert abs(at_cpu(0.6, 0.6, 0.89, 0.64, 0.34, 0.314) - bound.launch_bound(0.89, 0.64, 0.34, 0.314)) < 1e-9
+    # twice the CPU: fetch 0.314 + 2 x 0.576, against the warm launch at 2 x 0.64
+    assert abs(at_cpu(1.2, 0.6, 0.89, 0.64, 0.34, 0.314) - (0.314 + 2 * 0.576)) < 1e-9
+    # half: the cut falls below the schedule's pass, which is not scaled
+    assert at_cpu(0.1, 0.6, 0.5, 0.2, 0.45, 0.4) == 0.45
+    # the cap of the cut at fetch + warm is taken at the same speed
+    assert abs(at_cpu(1.0, 0.5, 0.336, 0.305, 0.02, 0.019) - (0.019 + 2 * 0.305)) < 1e-9
+    # without either CPU time, or a warm launch: none
+    assert at_cpu(None, 0.6, 0.89, 0.64, 0.34, 0.314) is None and at_cpu(0.6, 0.0, 0.89, 0.64, 0.34, 0.314) is None
+    assert at_cpu(0.6, 0.6, 0.89, None, 0.34, 0.314) is None
+
+
 def test_many_reads_time_a_subset_of_cuts_and_stay_below_every_cut():
     """Over MAX_CUTS reads only some cuts are timed: the result is still one of the cuts (a bound)."""
     n = bound.MAX_CUTS * 3 + 7

@@ -9,7 +9,8 @@ smallest of the recorder's block_requests.busy_after_ns over p_1..p_k: reads com
 order, and merged recordings order blocks by median position; recorder/cputime.assign_busy), and s the
 prefetched launch's CPU / the traced launch's (the analyzer's cpu_scale, <= 1). The bound is
     LB = max( max_k cut_k,  warm launch time,  one sorted O_DIRECT pass of the schedule's reads )
-with each cut counting at most D(p_1..p_k) + the warm launch time (launch_bound).
+with each cut counting at most D(p_1..p_k) + the warm launch time (launch_bound), and, for one
+launch, at the CPU speed that launch ran at (launch_bound_at_cpu).
 The cut part comes from the recording and the disk model and is stored with the schedule
 (params["bound"]); the two others are measured by the bench (warm launches, its schedule pass)
 and combined here by launch_bound, the one place that does.
@@ -105,6 +106,25 @@ def launch_bound(cut_s: Optional[float], warm_s: Optional[float], schedule_pass_
         cut_s = min(cut_s, cut_fetch_s + warm_s)
     known = [x for x in (cut_s, warm_s, schedule_pass_s) if x is not None]
     return max(known) if known else None
+
+
+def launch_bound_at_cpu(cpu_s: Optional[float], warm_cpu_s: Optional[float], cut_s: Optional[float],
+                        warm_s: Optional[float], schedule_pass_s: Optional[float],
+                        cut_fetch_s: Optional[float]) -> Optional[float]:
+    """LB of one launch at the CPU speed it ran at: its CPU halves (the cut's CPU half, the warm
+    launch) scaled by f = cpu_s / warm_cpu_s, the launch's own CPU time (user + system, wait4)
+    over that of the warm launch LB took; the disk halves unscaled. A host's CPU can change speed
+    during a bench run (the same warm launch has taken 0.64 s and 1.16 s of CPU in one run): LB
+    built from the fastest warm launch then holds but is loose for a launch made in a slow spell.
+    None without both CPU times, or without a warm launch."""
+    if not cpu_s or not warm_cpu_s or warm_s is None:
+        return None
+    f = cpu_s / warm_cpu_s
+    if cut_s is not None and cut_fetch_s is not None:
+        cut_s = cut_fetch_s + (cut_s - cut_fetch_s) * f
+    elif cut_s is not None:
+        cut_s = None   # no fetch half known: which part to scale is not known
+    return launch_bound(cut_s, warm_s * f, schedule_pass_s, cut_fetch_s)
 
 
 def schedule_runs(sched, dev: Optional[int] = None) -> List[Run]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from ..analyzer.analyze import Options as AnalyzeOptions, analyze
-from ..analyzer.bound import launch_bound
+from ..analyzer.bound import launch_bound, launch_bound_at_cpu
 from ..analyzer.probe import check_direct, device_path
 from ..devices import sysfs_path
 from ..analyzer.profile import main_dev, measure, measure_through_file
@@ -476,6 +476,25 @@ def _run_matrix(conn, db_path, cfg: BenchConfig, dut, doc: dict, bench_id: str, 
                                                       until, _measure, tick, say)
 
 
+def _cpu(row: dict) -> Optional[float]:
+    d = row["details"] or {}
+    return (d.get("bench") or {}).get("app_cpu_s") or d.get("app_cpu_s")
+
+
+def _vs_bound_at_cpu(rows: list, method: str, cut: Optional[float], sp: dict, known: bool) -> Optional[float]:
+    """Median over the method's launches of launch time / LB at that launch's CPU
+    (bound.launch_bound_at_cpu, scaled from the fastest warm launch and its CPU time)."""
+    warm = [r for r in rows if r["method"] == "warm" and r["launch_time_s"] is not None and _cpu(r)]
+    if not known or not warm:
+        return None
+    w = min(warm, key=lambda r: r["launch_time_s"])
+    fetch = (sp.get("cut") or {}).get("fetch_s")
+    ratios = [stats.ratio(r["launch_time_s"], launch_bound_at_cpu(_cpu(r), _cpu(w), cut, w["launch_time_s"],
+                                                                  sp.get("seconds"), fetch))
+              for r in rows if r["method"] == method and r["launch_time_s"] is not None]
+    return _median([x for x in ratios if x is not None])
+
+
 def _add_results(conn, cfg: BenchConfig, doc: dict, bench_id: str) -> None:
     """The stored launches' summaries: the matrix's, or the unknown launches', and relocation's."""
     doc["results"] = {} if cfg.unknown else results(conn, bench_id, doc)
@@ -628,6 +647,9 @@ def results(conn, bench_id: str, doc: dict) -> dict:
             "segmented_paper_vs_reorder": stats.ratio(m.get("segmented-paper"), m.get("reorder")),
             "segmented_vs_bound": stats.ratio(m.get("segmented"), lb),
             "hook_vs_bound": stats.ratio(m.get("hook"), lb),
+            **{f"{k}_vs_bound_at_cpu": _vs_bound_at_cpu([r for r in rows if r["app"] == s["app"]], method,
+                                                        cut, sp, lb is not None)
+               for k, method in (("segmented", "segmented"), ("hook", "hook"))},
             "reorder_ours_vs_bound": stats.ratio(m.get("reorder-ours"), lb),
             "segmented_vs_cold": stats.ratio(m.get("segmented"), m.get("cold")),
             "segmented_vs_best_baseline": stats.ratio(m.get("segmented"), best_baseline),

@@ -117,13 +117,14 @@ def render(doc: dict, command: str = "") -> str:
                 cells.append(f"{m['median'] / cm:.2f} ({m['min'] / cm:.2f}–{m['max'] / cm:.2f})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "## Comparisons", "",
-              "| app | seg/reorder | seg/reorder-ours | seg-paper/reorder | seg/LB | seg/cold | seg/best baseline "
-              "| tracing overhead |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "| app | seg/reorder | seg/reorder-ours | seg-paper/reorder | seg/LB | seg/LB at its CPU | seg/cold "
+              "| seg/best baseline | tracing overhead |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, a in doc["results"].items():
         lines.append(f"| {name} | {_x(a['segmented_vs_reorder'])} | {_x(a.get('segmented_vs_reorder_ours'))} | "
                      f"{_x(a['segmented_paper_vs_reorder'])} | "
-                     f"{_x(a.get('segmented_vs_bound'))} | {_x(a['segmented_vs_cold'])} | "
+                     f"{_x(a.get('segmented_vs_bound'))} | {_x(a.get('segmented_vs_bound_at_cpu'))} | "
+                     f"{_x(a['segmented_vs_cold'])} | "
                      f"{_x(a['segmented_vs_best_baseline'])} | {_x(a['tracing_overhead'])} |")
     if any(a.get("hook_vs_cold") is not None or a.get("run_cli_overhead_s") is not None
            for a in doc["results"].values()):
@@ -131,14 +132,17 @@ def render(doc: dict, command: str = "") -> str:
                   "hook: plain launches with warmstartd and its learner running, "
                   f"{(doc.get('hook') or {}).get('launches_per_app', '–')} per app, spread over the repetitions (each after the repetition's other modes), "
                   "caches dropped before each, fork to exit. run-cli: `warmstart run` timed from outside; "
-                  "overhead = that minus the launch time it reports.", "",
-                  "| app | hook / best of reorder, reorder-ours | hook / LB | hook / cold | outcomes | run-cli overhead (s) |",
-                  "|---|---:|---:|---:|---|---:|"]
+                  "overhead = that minus the launch time it reports. LB at its CPU: each launch against "
+                  "LB with its CPU halves scaled by that launch's CPU time over the fastest warm launch's "
+                  "(docs/algorithms.md), median over the launches.", "",
+                  "| app | hook / best of reorder, reorder-ours | hook / LB | hook / LB at its CPU | hook / cold "
+                  "| outcomes | run-cli overhead (s) |",
+                  "|---|---:|---:|---:|---:|---|---:|"]
         for name, a in doc["results"].items():
             oc = a.get("hook_outcomes") or []
             shown = ", ".join(f"{o} {oc.count(o)}" for o in sorted(set(oc))) or "–"
             lines.append(f"| {name} | {_x(a.get('hook_vs_best_reorder'))} | {_x(a.get('hook_vs_bound'))} | "
-                         f"{_x(a.get('hook_vs_cold'))} | "
+                         f"{_x(a.get('hook_vs_bound_at_cpu'))} | {_x(a.get('hook_vs_cold'))} | "
                          f"{shown} | {_s(a.get('run_cli_overhead_s'))} |")
         if (doc.get("hook") or {}).get("degraded"):
             lines += [f"- degraded: {k}: {v}" for k, v in doc["hook"]["degraded"].items()]
