@@ -31,6 +31,13 @@ def test_command_does_not_import_heavy_libraries(command):
     assert json.loads(out) == [], f"`warmstart {command}` imports {json.loads(out)[:5]}"
 
 
+def test_the_command_list_does_not_import_heavy_libraries():
+    """`warmstart --help` loads every command for its line, report's too: not its figures."""
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=REPO,
+                         check=True).stdout
+    assert json.loads(out) == [], f"`warmstart --help` imports {json.loads(out)[:5]}"
+
+
 def test_report_still_gets_its_plotting_library():
     """The check above can fail: report's figures do load matplotlib when drawn."""
     code = ("import sys; from warmstart.report import figures; "

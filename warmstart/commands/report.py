@@ -6,7 +6,6 @@ import click
 
 from ..cli import emit, json_option
 from ..db.recordings import list_apps
-from ..report.build import build_report
 
 
 @click.command("report")
@@ -36,6 +35,7 @@ def report(ctx, names, bench_id, disk, prefetch_method, plot_dir, html_file, as_
       warmstart report --bench latest --plot /tmp/figs --html /tmp/report.html
       warmstart report --json | jq '.apps[] | {app, gain}'
     """
+    from ..report.build import build_report   # matplotlib: not loaded by `warmstart --help`
     conn = ctx.db
     n_apps = len(list_apps(conn))
     if plot_dir or html_file:
