@@ -121,6 +121,7 @@ def test_bench_hook_mode_and_run_from_outside_on_the_random_layout(tmp_path):
         assert 0 < d["bench"]["exec_to_exit_s"] <= d["bench"]["outside_s"] + EXIT_SEEN_LATE_S, d["bench"]
     cli_runs = [json.loads(r[2]) for r in rows if r[0] == "run-cli"]
     assert len(cli_runs) == 2 and all(r["startup_overhead_s"] > 0 for r in cli_runs)
+    assert set(doc["apps"]["synth"]["schedules"]) == {"ours"}   # no mode replays plain or paper: not analyzed
     res = doc["results"]["synth"]
     assert res["hook_vs_best_reorder"] > 0 and res["hook_outcomes"] and res["run_cli_overhead_s"] > 0
     assert "hook / best of reorder" in md.read_text()
@@ -191,3 +192,10 @@ def test_hook_launches_spread_over_the_repetitions(total, reps):
     from warmstart.bench.hookmode import launches_in_rep
     per = [launches_in_rep(total, reps, r) for r in range(reps)]
     assert sum(per) == total and max(per) - min(per) <= 1 and per == sorted(per, reverse=True)
+
+
+def test_the_bench_analyzes_only_the_schedules_its_modes_replay():
+    from warmstart.bench.matrix import schedule_kinds
+    assert schedule_kinds(["cold", "reorder-ours", "segmented", "hook", "warm"]) == ["ours"]
+    assert schedule_kinds(["interleave", "segmented-paper"]) == ["plain", "paper", "ours"]
+    assert schedule_kinds(["reorder", "warm"]) == ["plain", "ours"]

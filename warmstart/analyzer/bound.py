@@ -114,7 +114,7 @@ def launch_bound_at_cpu(cpu_s: Optional[float], warm_cpu_s: Optional[float], cut
     """LB of one launch at the CPU speed it ran at: its CPU halves (the cut's CPU half, the warm
     launch) scaled by f = cpu_s / warm_cpu_s, the launch's own CPU time (user + system, wait4)
     over that of the warm launch LB took; the disk halves unscaled. A host's CPU can change speed
-    during a bench run (the same warm launch has taken 0.64 s and 1.16 s of CPU in one run): LB
+    during a bench run (perlpod's warm launches took 0.65 s and 1.49 s of CPU in one run): LB
     built from the fastest warm launch then holds but is loose for a launch made in a slow spell.
     None without both CPU times, or without a warm launch."""
     if not cpu_s or not warm_cpu_s or warm_s is None:

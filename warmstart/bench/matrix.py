@@ -404,7 +404,8 @@ def _quiet(cfg: BenchConfig, until) -> LaunchOptions:
 
 def _prepare_app(conn, cfg: BenchConfig, dut, bench_id: str, app, until, say) -> tuple:
     """Everything the matrix needs of app, outside every measured launch: its reference run, a
-    recording (reused when it still matches the disk), its three schedules and its sorted pass.
+    recording (reused when it still matches the disk), the schedules its modes replay and its
+    sorted pass.
     Returns (app, name, argv, reference outcome, info for the document)."""
     name = f"{app.name}-{cfg.label}"
     argv = dut.argv(app)
@@ -422,7 +423,7 @@ def _prepare_app(conn, cfg: BenchConfig, dut, bench_id: str, app, until, say) ->
         make_cold(dut)
         record(conn, name, argv)
         info["recorded"] = "now"
-    info["schedules"] = _analyze_three(conn, name, say)
+    info["schedules"] = _analyze(conn, name, schedule_kinds(cfg.modes), say)
     info["raw_pass"] = rp = raw_pass_s(conn, name, dut.fs_dev)
     info["schedule_pass"] = sp = schedule_pass_s(conn, info["schedules"]["ours"], dut.fs_dev)
     if rp:   # for the report's lower-bound marks (this bench's own: bench_id)
@@ -435,17 +436,29 @@ def _prepare_app(conn, cfg: BenchConfig, dut, bench_id: str, app, until, say) ->
     return app, name, argv, ref, info
 
 
-def _analyze_three(conn, name: str, say) -> dict:
-    """The schedules the modes replay (PLAN), analyzed now: "plain" (the launch's blocks as
-    recorded), "paper" (Algorithm 1) and "ours"; kind -> schedule id."""
-    say(f"analyzing {name} (plain, paper and ours)")
-    analyze_app(conn, name, algorithm="reorder", file_metadata=False, gap_merge=False, trim_unused=False)
-    analyze_app(conn, name, algorithm="paper")
-    analyze_app(conn, name)
+# kind of schedule -> (its algorithm, analyze's options for it); "ours" last: analyze leaves it active
+SCHEDULE_KINDS = {"plain": ("reorder", dict(algorithm="reorder", file_metadata=False, gap_merge=False,
+                                            trim_unused=False)),
+                  "paper": ("paper", dict(algorithm="paper")),
+                  "ours": ("optimal", {})}
+
+
+def schedule_kinds(modes: Sequence[str]) -> List[str]:
+    """The schedules the modes replay (PLAN), "ours" always (the hook, the bound, the pass)."""
+    wanted = {PLAN[m][1] for m in modes if m in PLAN and PLAN[m][1]} | {"ours"}
+    return [k for k in SCHEDULE_KINDS if k in wanted]
+
+
+def _analyze(conn, name: str, kinds: Sequence[str], say) -> dict:
+    """The schedules of these kinds analyzed now: "plain" (the launch's blocks as recorded),
+    "paper" (Algorithm 1), "ours"; kind -> schedule id."""
+    say(f"analyzing {name} ({', '.join(kinds)})")
+    for kind in kinds:
+        analyze_app(conn, name, **SCHEDULE_KINDS[kind][1])
     scheds = list_schedules(conn, name)
     ids = {}
-    for kind, algos in (("plain", ("reorder",)), ("paper", ("paper",)), ("ours", ("optimal",))):
-        sid = max((s["id"] for s in scheds if s["algorithm"] in algos), default=None)
+    for kind in kinds:
+        sid = max((s["id"] for s in scheds if s["algorithm"] == SCHEDULE_KINDS[kind][0]), default=None)
         if sid is None:
             raise WarmstartError(f"analyze stored no {kind} schedule for {name}: "
                                  f"run `warmstart analyze {name}` to see why")
@@ -456,7 +469,8 @@ def _analyze_three(conn, name: str, say) -> dict:
 def _run_matrix(conn, db_path, cfg: BenchConfig, dut, doc: dict, bench_id: str, prepared: dict, until,
                 tick, say) -> None:
     """reps repetitions of every mode, round-robin over apps and modes, each repetition ending with
-    its share of the hook launches (hookmode.py); then relocation if asked. Leaves our algorithm's schedule active, as analyze does."""
+    its share of the hook launches (hookmode.py); then relocation if asked. Leaves our
+    algorithm's schedule active, as analyze does."""
     from . import relocation
     from .hookmode import HookMode
     with (HookMode(conn, cfg, dut, doc, bench_id, prepared, make_cold, activate_schedule, tick, say)
