@@ -55,6 +55,10 @@ def targets(doc: dict) -> list:
                    ("hook ≤ 1.00 × the better of reorder, reorder-ours for every app",
                     max(a["hook_vs_best_reorder"] for a in r if a.get("hook_vs_best_reorder")), 1.0)]
     out = [(name, v, None if v is None else v <= bar) for name, v, bar in checks]
+    lowest = [a["prefetched_min_vs_bound_at_cpu"] for a in r if a.get("prefetched_min_vs_bound_at_cpu")]
+    if lowest:   # the bound's own check (docs/algorithms.md): a launch below it would refute it
+        out.append(("every prefetched launch ≥ 0.99 × its LB at its CPU (the lowest, every app)",
+                    min(lowest), min(lowest) >= 0.99))
     out.append(("every launch correct (exit status and output as a plain run)", len(doc["problems"]),
                 not doc["problems"]))
     return out
