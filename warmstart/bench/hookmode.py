@@ -6,8 +6,8 @@ row of each launch is claimed for the bench run, so the hook's own verdicts (jud
 degraded, re-learned) stay visible next to the times.
 
 The hook launches are spread over the repetitions, after each repetition's other modes, as every
-mode is round-robin: a host whose CPU slows down during the run (seen: the same warm launch
-0.63 s, then 1.16 s, half an hour later) then slows every mode alike, not the one measured last.
+mode is round-robin: a host whose CPU slows down during the run (seen: perlpod's warm launches
+took 0.65 s and 1.49 s of CPU in one run) then slows every mode alike, not the one measured last.
 warmstartd runs only during those launches (it would hook the other modes' launches too); the
 learner runs throughout and sees each app's hooked launches in order, as consecutive launches.
 """

@@ -47,8 +47,9 @@ from .sampler import LaunchSampler, block_name
 
 ALL_MODES = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "segmented-paper", "segmented", "warm",
              "run-cli", "hook")
-# Measured after the round-robin matrix, not in it: warmstartd would hook the other modes' launches.
-AFTER_EACH_REP = ("hook",)   # made after each repetition's other modes (hookmode.py)
+# Not in the round-robin: made after each repetition's other modes, warmstartd running only then
+# (it would hook the other modes' launches too; hookmode.py).
+AFTER_EACH_REP = ("hook",)
 DISKS = ("hdd7200", "ssd", "real")
 # mode -> (replayer mode or "none", schedule to activate: "plain", "paper", "ours" or None).
 # The papers' baselines (interleave as FAST, reorder) fetch the launch's blocks as recorded:
