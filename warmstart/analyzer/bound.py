@@ -120,10 +120,8 @@ def launch_bound_at_cpu(cpu_s: Optional[float], warm_cpu_s: Optional[float], cut
     if not cpu_s or not warm_cpu_s or warm_s is None:
         return None
     f = cpu_s / warm_cpu_s
-    if cut_s is not None and cut_fetch_s is not None:
-        cut_s = cut_fetch_s + (cut_s - cut_fetch_s) * f
-    elif cut_s is not None:
-        cut_s = None   # no fetch half known: which part to scale is not known
+    # without its fetch half, which part of a cut to scale is not known: the cut is left out
+    cut_s = cut_fetch_s + (cut_s - cut_fetch_s) * f if cut_s is not None and cut_fetch_s is not None else None
     return launch_bound(cut_s, warm_s * f, schedule_pass_s, cut_fetch_s)
 
 

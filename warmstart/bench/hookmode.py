@@ -19,7 +19,7 @@ import time
 
 from ..db import launches as launches_db
 from ..db.recordings import get_app
-from ..db.schedules import active_schedule_summary, list_schedules
+from ..db.schedules import list_schedules
 from ..launching import launch
 
 
@@ -55,7 +55,6 @@ class HookMode:
         self.conn, self.cfg, self.dut, self.doc, self.bench_id = conn, cfg, dut, doc, bench_id
         self.prepared, self.make_cold, self.activate, self.tick, self.say = prepared, make_cold, activate, tick, say
         self.made = {}       # app name -> hook launches made so far
-        self.active = {}     # app name -> the schedule the hook serves (the learner may replace it)
 
     def __enter__(self) -> "HookMode":
         from ..hook import manage, service
@@ -67,7 +66,6 @@ class HookMode:
         try:
             for _app, name, _argv, _ref, info in self.prepared.values():
                 self.activate(self.conn, name, info["schedules"]["ours"])
-                self.active[name] = info["schedules"]["ours"]
             self.paths = hook_paths()
             self.hook_cfg = load_config(self.paths.config if self.paths.config.exists() else None)
             inst = manage.install(self.conn, use_systemd=False)
@@ -93,22 +91,21 @@ class HookMode:
         if not todo:
             return
         for _app, name, _argv, _ref, info in todo:
-            # a schedule newer than the bench's own is the learner's (a relearn analyzed meanwhile)
-            newest = max(s["id"] for s in list_schedules(self.conn, name))
-            if newest > max(info["schedules"].values()):
-                self.active[name] = max(self.active[name], newest)
-            self.activate(self.conn, name, self.active[name])
+            self.activate(self.conn, name, self._served(name, info))
         manage.refresh(self.conn, self.paths)
         service.start(self.paths, use_systemd=False, cfg=self.hook_cfg)
         try:
             for app, name, argv, ref, info in todo:
                 for _ in range(launches_in_rep(self.cfg.hook_launches, self.cfg.reps, rep)):
                     self._launch(app, name, argv, ref, info)
-                current = active_schedule_summary(self.conn, name)
-                if current is not None:
-                    self.active[name] = current["id"]
         finally:
             service.stop(self.paths, use_systemd=False)
+
+    def _served(self, name: str, info: dict) -> int:
+        """The schedule the hook serves app name: ours, or one newer than all the bench analyzed,
+        which is the learner's (a relearn, analyzed during the hook launches or after them)."""
+        newest = max(s["id"] for s in list_schedules(self.conn, name))
+        return newest if newest > max(info["schedules"].values()) else info["schedules"]["ours"]
 
     def _launch(self, app, name, argv, ref, info) -> None:
         conn, cfg = self.conn, self.cfg

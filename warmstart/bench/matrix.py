@@ -502,7 +502,8 @@ def _cpu(row: dict) -> Optional[float]:
 
 def _vs_bound_at_cpu(rows: list, cut: Optional[float], sp: dict) -> Dict[str, List[float]]:
     """method -> launch time / LB at that launch's CPU (bound.launch_bound_at_cpu, scaled from
-    the fastest warm launch and its CPU time), for each launch of one app with its CPU known."""
+    the fastest warm launch and its CPU time), for each prefetched launch of one app with its CPU
+    known."""
     warm = [r for r in rows if r["method"] == "warm" and r["launch_time_s"] is not None and _cpu(r)]
     if not warm:
         return {}
@@ -510,7 +511,7 @@ def _vs_bound_at_cpu(rows: list, cut: Optional[float], sp: dict) -> Dict[str, Li
     fetch = (sp.get("cut") or {}).get("fetch_s")
     out: Dict[str, List[float]] = {}
     for r in rows:
-        if r["method"] == "warm" or r["launch_time_s"] is None:
+        if r["method"] not in PREFETCHED or r["launch_time_s"] is None:
             continue
         x = stats.ratio(r["launch_time_s"], launch_bound_at_cpu(_cpu(r), _cpu(w), cut, w["launch_time_s"],
                                                                 sp.get("seconds"), fetch))
@@ -675,8 +676,7 @@ def results(conn, bench_id: str, doc: dict) -> dict:
             "segmented_vs_bound_at_cpu": _median(at_cpu.get("segmented", [])),
             "hook_vs_bound_at_cpu": _median(at_cpu.get("hook", [])),
             # the bound's check: no launch that prefetched below its LB at its CPU
-            "prefetched_min_vs_bound_at_cpu": min((x for m_ in PREFETCHED for x in at_cpu.get(m_, [])),
-                                                  default=None),
+            "prefetched_min_vs_bound_at_cpu": min((x for v in at_cpu.values() for x in v), default=None),
             "reorder_ours_vs_bound": stats.ratio(m.get("reorder-ours"), lb),
             "segmented_vs_cold": stats.ratio(m.get("segmented"), m.get("cold")),
             "segmented_vs_best_baseline": stats.ratio(m.get("segmented"), best_baseline),
