@@ -14,18 +14,18 @@
  *    were evicted; without the seeks the data sweep stopped for one leaf read per file (a
  *    python launch 5.07 s instead of 3.53 s, docs/replayer.md);
  *  - a marked file with no range (the inode of a file the launch only stat'ed) looked up only.
- * The files looked up only go first, in their own inode order, then the directories and the
- * files with ranges: measured on btrfs (python, random layout, `warmstart run --mode reorder`),
- * 152 such names cost the step 0.35 s in front against 0.80 s mixed into one inode order (why is
- * not known; 0.64 s in the bench's hooked launches); on XFS the two orders measured alike
- * (docs/replayer.md).
- * Inode order is disk order where it matters: an XFS inode number encodes its allocation group,
- * block and slot, and a directory's blocks are allocated near its inode; btrfs keys every item
- * of an inode by the inode number in the subvolume's tree, so inode order walks that tree's
- * leaves in key order, neighbours sharing a leaf. One pass in that order, not level by level
- * from "/" (each level a sweep of its own): XFS vim 179 ms instead of 262, python 320 instead of
- * 410. One request at a time: the reads a lookup makes are synchronous, and many threads issuing
- * them at once reached the disk in no useful order (32 threads: vim's launch 0.70 s, one: 0.62 s
+ * The order is disk order. Where the analysis placed an entry's inode (FILE.meta_pos: btrfs,
+ * whose copy-on-write moves the leaf of an inode whenever it changes, as relatime's atime update
+ * after a launch does), all of them in one pass by that place: python on the emulated HDD's
+ * random layout, its step 1.10 s in inode order, 0.24 s so. Otherwise in (dev, inode) order, the
+ * files looked up only first, then the directories and the files with ranges (btrfs without
+ * places: 152 such names cost the step 0.35 s in front against 0.80 s mixed into the one inode
+ * order; on XFS the two orders measured alike; docs/replayer.md). An XFS inode number encodes
+ * its allocation group, block and slot, and a directory's blocks are allocated near its inode:
+ * inode order is its disk order. One pass, not level by level from "/" (each level a sweep of its
+ * own): XFS vim 179 ms instead of 262, python 320 instead of 410. One request at a time: the
+ * reads a lookup makes are synchronous, and many threads issuing them at once reached the disk
+ * in no useful order (32 threads: vim's launch 0.70 s, one: 0.62 s
  * on the emulated hdd7200, which serves requests in arrival order).
  * A directory the export does not name (an export from before WSR_KIND_DIR, or one that was
  * gone when it was written) is reached by the lookups of the paths under it. */
@@ -46,7 +46,7 @@
 struct item {
 	uint32_t no;      /* index into files[] */
 	uint32_t later;   /* 0: a file looked up only; 1: a directory, or a file with ranges */
-	uint64_t dev, ino;
+	uint64_t dev, pos, ino;   /* pos: where its lookup reads its inode (FILE.meta_pos), 0: not known */
 };
 
 static int cmp_u64(uint64_t a, uint64_t b)
@@ -54,14 +54,20 @@ static int cmp_u64(uint64_t a, uint64_t b)
 	return a < b ? -1 : a > b;
 }
 
-static int by_inode(const void *pa, const void *pb)
+/* Entries whose inode's place is not known: the files looked up only, then the rest, each in
+ * (dev, inode) order; after them, those whose place is known, in (dev, place, inode) order. */
+static int by_place(const void *pa, const void *pb)
 {
 	const struct item *a = pa, *b = pb;
-	int c = cmp_u64(a->later, b->later);
+	int c = cmp_u64(a->pos != 0, b->pos != 0);
+	if (!c && !a->pos)
+		c = cmp_u64(a->later, b->later);
 	if (!c)
 		c = cmp_u64(a->dev, b->dev);
+	if (!c && a->pos)
+		c = cmp_u64(a->pos, b->pos);
 	if (!c)
-		c = cmp_u64(a->ino, b->ino);
+		c = cmp_u64(a->ino, b->ino);   /* the entries of one leaf in key order */
 	return c ? c : cmp_u64(a->no, b->no);
 }
 
@@ -171,8 +177,8 @@ int fsmeta_warm(const struct wsr_schedule *s, fsmeta_open_fn open_file, void *ct
 	for (uint32_t i = 0; i < s->nfiles; i++)
 		if (in_pass(&s->files[i]))
 			items[n++] = (struct item){ i, !(marked(&s->files[i]) && first[i + 1] == first[i]),
-						    s->files[i].dev, s->files[i].ino };
-	qsort(items, n, sizeof(*items), by_inode);
+						    s->files[i].dev, s->files[i].meta_pos, s->files[i].ino };
+	qsort(items, n, sizeof(*items), by_place);
 	uint64_t t0 = mono_ns();
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t no = items[k].no, nr = first[no + 1] - first[no];

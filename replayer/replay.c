@@ -78,6 +78,7 @@ struct ctx {
 	struct replay_stats *st;
 	int *fds;
 	bool *ever_opened;
+	bool *submitted;      /* per range: handed to the engine (what the release waits for) */
 	uint64_t budget;      /* bytes still allowed by the memory-pressure policy */
 };
 
@@ -212,7 +213,7 @@ static void release(struct ctx *c, const uint32_t *order, uint32_t n)
 		for (uint32_t i = 0; i < n; i++) {
 			const struct wsr_range *r = &c->s->ranges[order[i]];
 			int fd = c->fds[r->file_no];
-			if (fd >= 0)
+			if (fd >= 0 && c->submitted[order[i]])   /* not one skipped under pressure */
 				residency_wait(fd, r->offset, r->length);
 		}
 		st->prebuffer_wait_ns = mono_ns() - t0;
@@ -235,6 +236,7 @@ static int alloc_state(struct ctx *c, uint32_t **order)
 	*order = malloc((s->nranges ? s->nranges : 1) * sizeof(**order));
 	c->fds = malloc((s->nfiles ? s->nfiles : 1) * sizeof(int));
 	c->ever_opened = calloc(s->nfiles ? s->nfiles : 1, 1);
+	c->submitted = calloc(s->nranges ? s->nranges : 1, 1);
 	st->nsegs = c->o->mode == MODE_SEGMENTED ? s->nsegments : 1;
 	st->segs = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->segs));
 	st->outside_at_open = malloc((s->nfiles ? s->nfiles : 1) * sizeof(*st->outside_at_open));
@@ -244,7 +246,7 @@ static int alloc_state(struct ctx *c, uint32_t **order)
 		c->fds[i] = FD_UNOPENED;
 	for (uint32_t i = 0; st->outside_at_open && i < s->nfiles; i++)
 		st->outside_at_open[i] = UNMEASURED;
-	return *order && c->fds && c->ever_opened && st->segs && st->outside_at_open ? 0 : -ENOMEM;
+	return *order && c->fds && c->ever_opened && c->submitted && st->segs && st->outside_at_open ? 0 : -ENOMEM;
 }
 
 /* Many files stay open at once; use the hard limit (falls back to closing on EMFILE). */
@@ -306,6 +308,7 @@ static void fetch_range(struct ctx *c, const struct wsr_range *r, struct seg_sta
 		st->first_io_done = true;
 	}
 	if (c->e->submit(c->e, fd, r->offset, r->length) == 0) {
+		c->submitted[r - c->s->ranges] = true;
 		st->ranges_fetched++;
 		st->bytes_fetched += r->length;
 		sg->ranges_fetched++;
@@ -392,6 +395,7 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 	}
 	free(c.fds);
 	free(c.ever_opened);
+	free(c.submitted);
 	free(order);
 	st->end_mono_ns = mono_ns();
 	return rc;

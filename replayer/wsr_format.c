@@ -114,6 +114,7 @@ static const char *parse_files(const unsigned char *p, const char *strings, uint
 		f->path_len = GET(p, FILE, PATH_LEN);
 		f->kind = GET(p, FILE, KIND);
 		f->flags = GET(p, FILE, FLAGS);
+		f->meta_pos = GET(p, FILE, META_POS);
 		if (f->kind > WSR_KIND_DIR)
 			return "file entry with an unknown kind";
 		if (f->flags & ~(uint32_t)WSR_FILE_FLAGS)

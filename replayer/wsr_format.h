@@ -22,6 +22,7 @@ struct wsr_file {
 	uint32_t path_len;
 	uint32_t kind;       /* WSR_KIND_* */
 	uint32_t flags;      /* WSR_FILE_* bits */
+	uint64_t meta_pos;   /* the metadata step's order within a device (0: by inode) */
 };
 
 struct wsr_segment {

@@ -2,7 +2,11 @@
 ext4 by block-device reads, XFS and btrfs through the file system (the replayer's metadata step),
 and raw block-device ranges only where they can help."""
 
+import bisect
+import json
 import os
+import random
+import re
 import shutil
 import subprocess
 import sys
@@ -11,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import have_tracefs, require
+from conftest import have_loop, have_tracefs, require
 from replay_helpers import REPLAY, file_range, make_app, run_replayer, save, scheduled_file
 from warmstart.analyzer import inputs
 from warmstart.analyzer.access import metadata_step
@@ -19,7 +23,8 @@ from warmstart.analyzer.analyze import add_file_metadata, build_sequence, file_m
 from warmstart.db import open_db
 from warmstart.db.schedules import load_active_schedule
 from warmstart.formats import wsr
-from warmstart.fs import metadata
+from warmstart.fs import FileSystems, metadata
+from warmstart.fs.btrfs import leaves_of, subvolume_id, to_physical
 from warmstart.mountinfo import Mount
 from warmstart.replay.export import contents, write_export
 
@@ -569,3 +574,286 @@ def test_on_btrfs_the_inodes_a_launch_only_stated_are_looked_up_too(emu_btrfs, r
     assert _reads_after_replay(emu_btrfs, sched, tmp_path, stats) >= 2
     sched.files = every
     assert _reads_after_replay(emu_btrfs, sched, tmp_path, stats) == 0
+
+
+def _read_sectors(disk, fn):
+    """The sectors of the block reads issued to the disk's loop device while fn() ran, in issue
+    order (a tracefs instance of the test's own)."""
+    inst = f"/sys/kernel/tracing/instances/ws-test-{os.getpid()}"
+    os.mkdir(inst)
+    try:
+        rdev = os.stat(disk.loop_dev).st_rdev
+        with open(f"{inst}/events/block/block_rq_issue/filter", "w") as f:
+            f.write(f"dev == {(os.major(rdev) << 20) | os.minor(rdev)}")
+        with open(f"{inst}/events/block/block_rq_issue/enable", "w") as f:
+            f.write("1")
+        fn()
+        with open(f"{inst}/tracing_on", "w") as f:
+            f.write("0")
+        with open(f"{inst}/trace") as f:
+            text = f.read()
+    finally:
+        os.rmdir(inst)
+    return [int(m.group(1)) for m in re.finditer(r"block_rq_issue: \S+ R\S* .*? (\d+) \+ ", text)]
+
+
+SHUFFLED_READER = """
+import os, random, sys
+names = sorted(os.listdir(sys.argv[1]))
+random.Random(7).shuffle(names)
+for n in names:
+    with open(os.path.join(sys.argv[1], n), "rb") as f:
+        f.read()
+"""
+
+
+@pytest.fixture(scope="module")
+def cow_launch(emu_btrfs, tmp_path_factory):
+    """1,200 files of 3,000 bytes (~27 leaves of inodes) on the emulated btrfs, read once in a
+    shuffled order by a recorded launch (whose atime updates move their leaves in that order),
+    analyzed: (schedule, its export, the files' directory)."""
+    require(have_tracefs(), "needs root and tracefs")
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    tmp = tmp_path_factory.mktemp("cow")
+    base = emu_btrfs.mountpoint / f"cow-{os.getpid()}-{tmp.name}"
+    base.mkdir()
+    try:
+        for k in range(1200):
+            (base / f"module_with_a_rather_long_name_{k:05d}.py").write_bytes(b"x" * 3000)
+        subprocess.run(["sync", "-f", str(base)], check=True)
+        _record_and_analyze(emu_btrfs, tmp / "db", "cow", [sys.executable, "-S", "-c", SHUFFLED_READER, str(base)])
+        sched = load_active_schedule(open_db(tmp / "db"), "cow")
+        yield sched, write_export(sched, tmp / "s.wsr").path, os.fsencode(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _step_alone(disk, export):
+    """A reorder replay of export from a cold cache with every range skipped for memory pressure
+    (a reserve above any machine's memory): (its stats, the sectors the disk was asked to read)."""
+    disk.drop_caches()
+    got = []
+    sectors = _read_sectors(disk, lambda: got.append(run_replayer(export, "--mode", "reorder",
+                                                                  "--reserve-mb", str(1 << 30))))
+    rc, st, err = got[0]
+    assert rc == 0 and st["status"] == "ok" and st["meta_errors"] == 0 and st["bytes_fetched"] == 0, err
+    return st, sectors
+
+
+def test_on_btrfs_the_step_reads_the_leaves_in_disk_order_after_copy_on_write_moved_them(emu_btrfs, cow_launch):
+    """btrfs rewrites a leaf of its tree elsewhere whenever an item in it changes: the atime a
+    launch's reads update (relatime) moves the leaves of every file it read, in the order it
+    read them, so inode order stops being disk order. The analysis finds each scheduled inode's
+    leaf from the tree's nodes (Btrfs.metadata_positions), and the metadata step visits them in
+    that order: it reads those leaves going forward through the disk."""
+    sched, export, base = cow_launch
+    files = [f for f in sched.files if f.path.startswith(base)]
+    positions = sched.params["metadata_positions"]
+    assert len(files) == 1200 and all(f"{f.dev}:{f.ino}" in positions for f in files), len(files)
+    leaves = [positions[f"{f.dev}:{f.ino}"] for f in sorted(files, key=lambda f: f.ino)]
+    moves = [(a, b) for a, b in zip(leaves, leaves[1:]) if a != b]
+    assert len(moves) >= 20 and sum(b < a for a, b in moves) >= len(moves) // 4, moves   # the condition
+    _, sectors = _step_alone(emu_btrfs, export)
+    leaves_read = [x for x in sectors if x in {p // 512 for p in leaves}]
+    assert sorted(set(leaves_read)) == sorted({p // 512 for p in leaves}), leaves_read   # each read cold
+    # in disk order but for a few read out of turn (a lookup reads its name's directory item
+    # first: now and then a leaf that holds inodes too): in inode order, the longest run read
+    # in disk order is ~2 sqrt(n) of them
+    assert _longest_rising(leaves_read) >= 0.75 * len(leaves_read), leaves_read
+
+
+def test_ranges_skipped_for_memory_pressure_are_not_read_at_the_release(emu_btrfs, cow_launch):
+    """The step opens every file it seeks and keeps the fd for the data; the release then waits
+    for the pre-buffer's pages to be in memory, reading them. With every range skipped for
+    memory pressure it must wait for none of them: the disk reads nothing of the files' data."""
+    sched, export, _ = cow_launch
+    st, sectors = _step_alone(emu_btrfs, export)
+    assert st["ranges_skipped_pressure"] == st["ranges_total"] >= 1200 and st["meta_files_opened"] >= 1200, st
+    data = sorted((e.physical // 512, (e.physical + e.length) // 512) for ex in sched.extents.values() for e in ex)
+    starts = [a for a, _ in data]
+    inside = [x for x in sectors if (k := bisect.bisect_right(starts, x) - 1) >= 0 and x < data[k][1]]
+    assert len(data) >= 1200 and not inside, (len(data), inside[:10])
+
+
+def _longest_rising(xs) -> int:
+    """The length of the longest strictly increasing subsequence of xs (patience sorting)."""
+    tails = []
+    for x in xs:
+        k = bisect.bisect_left(tails, x)
+        tails[k:k + 1] = [x]
+    return len(tails)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_btrfs_inode_leaves_are_found_from_the_nodes_alone(data):
+    """leaves_of searches as btrfs does (in each node, the last pointer whose key is at most
+    (ino, INODE_ITEM, 0)): on random trees, each inode's answer is the leaf whose key range
+    holds its inode item, wherever the leaves' boundaries fall between an inode's items; each
+    node is read at most once, no leaf ever, and an unreadable node leaves out only the inodes
+    under it."""
+    inos = sorted(data.draw(st.sets(st.integers(256, 5000), min_size=1, max_size=60)))
+    items = sorted({(i, t, 0) for i in inos for t in data.draw(st.sets(st.sampled_from([1, 12, 108]), min_size=1))})
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(items) - 1)), max_size=len(items) - 1)))
+    bounds = [0] + [c for c in cuts if c < len(items)] + [len(items)]
+    level = [(items[a], 10_000 + 7 * k) for k, (a, b) in enumerate(zip(bounds, bounds[1:]))]  # (first key, address)
+    nodes, depth, addr = {}, 0, 90_000
+    while len(level) > 1 or depth == 0:
+        depth += 1
+        fan = data.draw(st.integers(2, 4))
+        up = []
+        for k in range(0, len(level), fan):
+            addr += 1
+            nodes[(addr, depth)] = level[k:k + fan]
+            up.append((level[k][0], addr))
+        level = up
+    root = level[0][1]
+    unreadable = data.draw(st.sets(st.sampled_from(sorted(nodes)), max_size=2)) if depth > 1 else set()
+    reads = []
+
+    def key_ptrs(at, lv):
+        reads.append((at, lv))
+        return None if (at, lv) in unreadable else nodes[(at, lv)]
+
+    asked = sorted(set(inos) | set(data.draw(st.lists(st.integers(0, 6000), max_size=20))))
+    got = leaves_of(key_ptrs, root, depth, asked)
+    assert len(reads) == len(set(reads)) and all(lv >= 1 for _, lv in reads)
+    leaf_firsts = [(items[a], 10_000 + 7 * k) for k, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+
+    def under_unreadable(i):
+        at, lv = root, depth
+        while lv > 0:
+            if (at, lv) in unreadable:
+                return True
+            ptrs = nodes[(at, lv)]
+            k = max(j for j, (key, _) in enumerate(ptrs) if key <= (i, 1, 0))
+            at, lv = ptrs[k][1], lv - 1
+        return False
+
+    for i in asked:
+        holders = [leaf for first, leaf in leaf_firsts if first <= (i, 1, 0)]
+        if not holders or under_unreadable(i):
+            assert i not in got, i
+        else:
+            assert got[i] == holders[-1], (i, got.get(i), holders[-1])
+
+
+def _dump_tree_positions(fsys, entries, device):
+    """(st_dev, ino) -> the device offset of the leaf holding each entry's inode item, as
+    `btrfs inspect-internal dump-tree` of its subvolume's tree (which reads every leaf) says."""
+    fd = os.open(entries[0][0], os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        tree = subvolume_id(fd)
+    finally:
+        os.close(fd)
+    dump = subprocess.run(["btrfs", "inspect-internal", "dump-tree", "-t", str(tree), device],
+                          check=True, capture_output=True, text=True).stdout
+    leaf_of, leaf = {}, None
+    for line in dump.splitlines():
+        m = re.match(r"leaf (\d+) items", line)
+        leaf = int(m.group(1)) if m else leaf
+        m = re.match(r"\s+item \d+ key \((\d+) INODE_ITEM 0\)", line)
+        if m:
+            leaf_of[int(m.group(1))] = leaf
+    chunks = fsys.chunks()
+    return {(s.st_dev, s.st_ino): to_physical(chunks, leaf_of[s.st_ino])[1] for _, s in entries}
+
+
+def test_btrfs_metadata_positions_agree_with_btrfs_progs_in_a_subvolume(emu_btrfs, request, tmp_path):
+    """Btrfs.metadata_positions against `btrfs inspect-internal dump-tree` of the subvolume's
+    tree: every file and directory of a subvolume (its own inode numbers, its own tree) placed
+    on the leaf that holds its inode item, at the leaf's device offset."""
+    require(shutil.which("btrfs") is not None, "needs btrfs-progs")
+    sub = emu_btrfs.mountpoint / f"posvol-{os.getpid()}-{tmp_path.name}"
+    subprocess.run(["btrfs", "subvolume", "create", str(sub)], check=True, capture_output=True)
+    request.addfinalizer(lambda: subprocess.run(["btrfs", "subvolume", "delete", str(sub)], capture_output=True))
+    paths = []
+    for d in range(3):
+        (sub / f"d{d}").mkdir()
+        for k in range(300):
+            paths.append(sub / f"d{d}" / f"f{k:04d}")
+            paths[-1].write_bytes(b"y" * 3000)
+    fsys = FileSystems().of_path(os.fsencode(sub))
+    entries = [(os.fsencode(p), os.lstat(p)) for p in paths] + metadata.directories_on([os.fsencode(p) for p in paths])
+    entries = [(p, s) for p, s in entries if p.startswith(os.fsencode(sub))]
+    got = fsys.metadata_positions(entries)          # commits first (syncfs): dump-tree reads the disk
+    want = _dump_tree_positions(fsys, entries, emu_btrfs.loop_dev)
+    # 900 files, 3 directories and the subvolume's own
+    assert len(want) == 904 and len(set(want.values())) >= 10 and got == want
+
+
+def test_btrfs_metadata_positions_on_a_clone_mounted_beside_its_original(tmp_path):
+    """Two copies of one btrfs image mounted side by side (a system image's clones, a restored
+    backup): the kernel gives the second a temporary fsid, while its tree blocks still carry the
+    image's (metadata_uuid). The places are found on the clone all the same."""
+    require(have_loop() and shutil.which("mkfs.btrfs") is not None, "needs root, loop devices and btrfs-progs")
+    imgs, mnts, loops = [tmp_path / "a.img", tmp_path / "b.img"], [tmp_path / "a", tmp_path / "b"], []
+    with open(imgs[0], "wb") as f:
+        f.truncate(256 << 20)
+    subprocess.run(["mkfs.btrfs", "-q", str(imgs[0])], check=True, capture_output=True)
+    try:
+        for img, mnt in zip(imgs, mnts):
+            if img == imgs[1]:       # the original, filled and unmounted, copied; then both mounted
+                subprocess.run(["umount", str(mnts[0])], check=True)
+                shutil.copyfile(imgs[0], img)
+                subprocess.run(["mount", "-t", "btrfs", loops[0], str(mnts[0])], check=True, capture_output=True)
+            mnt.mkdir()
+            loops.append(subprocess.run(["losetup", "-f", "--show", str(img)], check=True, capture_output=True,
+                                        text=True).stdout.strip())
+            subprocess.run(["mount", "-t", "btrfs", loops[-1], str(mnt)], check=True, capture_output=True)
+            if img == imgs[0]:
+                for j in range(600):
+                    (mnt / f"f{j:04d}").write_bytes(b"z" * 3000)
+        fsys = FileSystems().of_path(os.fsencode(mnts[1]))
+        entries = [(os.fsencode(p), os.lstat(p)) for p in sorted(mnts[1].iterdir())]
+        got = fsys.metadata_positions(entries)
+        want = _dump_tree_positions(fsys, entries, loops[1])
+        assert len(want) == 600 and len(set(want.values())) >= 5 and got == want
+    finally:
+        for mnt in reversed(mnts):
+            subprocess.run(["umount", str(mnt)], capture_output=True)
+        for dev in loops:
+            subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+def test_the_learner_follows_inodes_that_copy_on_write_moved_since_the_analysis(emu_btrfs, request, tmp_path):
+    """Changes after the analysis move the leaves holding a schedule's inodes (a launch's atime
+    updates, once a day under relatime; a neighbour's update): after each hooked launch, when
+    the machine is idle, the learner finds the places again and stores them if any moved
+    (Learner.update_places), so that the next launch's step goes in the disk's order."""
+    from warmstart.db.connection import transaction
+    from warmstart.db.schedules import load_schedule, set_schedule_param
+    from warmstart.hook.config import HookConfig
+    from warmstart.hook.layout import HookPaths
+    from warmstart.hook.learner import Learner
+    base = emu_btrfs.mountpoint / f"moved-{os.getpid()}-{tmp_path.name}"
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    base.mkdir()
+    files = [base / f"f{k:04d}" for k in range(600)]
+    for p in files:
+        p.write_bytes(b"w" * 3000)
+    db = tmp_path / "w.db"
+    conn = open_db(db)
+    make_app(conn, "t", [sys.executable])
+    sfs = [scheduled_file(p) for p in files]
+    sid = save(conn, "t", [[file_range(sf, 0, 4096) for sf in sfs]], sfs)
+    first = metadata.schedule_step_positions([sf.path for sf in sfs], [])
+    with transaction(conn):
+        set_schedule_param(conn, sid, "fs_metadata_devs", [sfs[0].dev])
+        set_schedule_param(conn, sid, "metadata_positions", first)
+    conn.close()
+    paths = HookPaths(tmp_path, tmp_path / "state", tmp_path / "run", tmp_path / "etc")
+    paths.state.mkdir()
+    learner = Learner(str(db), paths, HookConfig())
+    learner.update_places(sid)
+    assert not paths.learner_events.exists()            # nothing moved: nothing stored
+    order = files[:]
+    random.Random(3).shuffle(order)
+    for k, p in enumerate(order):                       # every inode changed, in a shuffled order
+        os.utime(p, (1_000_000_000 + k, p.stat().st_mtime))
+    learner.update_places(sid)
+    stored = load_schedule(open_db(db), sid).params["metadata_positions"]
+    now = metadata.schedule_step_positions([sf.path for sf in sfs], [])
+    moved = sum(stored[k] != first[k] for k in first)
+    assert stored == now and len(stored) == len(first) >= 600 and moved >= len(first) // 2, moved
+    assert json.loads(paths.learner_events.read_text())["moved"] == moved

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The directories a launch looked names up in, read by the metadata step or not (docs/replayer.md,
-"The metadata step"): records the bench's git and python on a fresh emulated hdd7200 with the
-random-layout system image in FS, analyzes them, then alternates `warmstart run --mode reorder`
-launches (caches dropped before each) of the schedule as analyzed and of a copy of it without
-its `lookup_dirs`; prints each and the medians (launch, pre-buffer, the app after its release).
+"""What one part of the metadata step's input gives (docs/replayer.md, "The metadata step"): the
+directories a launch looked names up in (`lookup_dirs`, the default), or the places of the
+inodes that order the step (`metadata_positions`). Records the bench's git and python on a fresh
+emulated hdd7200 with the random-layout system image in FS, analyzes them, then alternates
+`warmstart run --mode reorder` launches (caches dropped before each) of the schedule as analyzed
+and of a copy of it without that part; prints each and the medians (launch, metadata step,
+pre-buffer, the app after its release).
 
     python3 scripts/fsmeta-bench/lookdirs.py --fs xfs --reps 3
+    python3 scripts/fsmeta-bench/lookdirs.py --fs btrfs --without metadata_positions --apps python
 
 Root; minutes the first time (the image is built)."""
 
@@ -33,6 +36,7 @@ def main():
     ap.add_argument("--fs", default="xfs")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--apps", default="git,python")
+    ap.add_argument("--without", default="lookup_dirs", choices=("lookup_dirs", "metadata_positions"))
     a = ap.parse_args()
     apps = [catalogue()[n] for n in a.apps.split(",")]
     tmp = Path(tempfile.mkdtemp())
@@ -49,12 +53,13 @@ def main():
                            capture_output=True)
             p = subprocess.run(ws + ["--db", str(with_dirs), "analyze", "--json", app.name], check=True,
                                capture_output=True, text=True)
-            print(f"{app.name}: {json.loads(p.stdout)['name_lookups']}")
+            rep = json.loads(p.stdout)
+            print(f"{app.name}: {rep['name_lookups']}; {rep['metadata_positions']} inodes placed")
         shutil.copy(with_dirs, without)
         conn = open_db(without)
-        for app in apps:      # the same schedule, stored again without its directories, made active
+        for app in apps:      # the same schedule, stored again without that part, made active
             sched = load_active_schedule(conn, app.name)
-            sched.params = {**sched.params, "lookup_dirs": []}
+            sched.params = {**sched.params, a.without: [] if a.without == "lookup_dirs" else {}}
             save_schedule(conn, sched)
         conn.close()
         for _ in range(a.reps):
@@ -62,14 +67,15 @@ def main():
                 for label, db in (("with", with_dirs), ("without", without)):
                     d = cold_run(emu, ws + ["--db", str(db)], emu.chroot_argv(app.argv), "--mode", "reorder",
                                  "--name", app.name)
-                    row = (d["launch_time_s"], d["prebuffer_s"], d["app_time_s"])
-                    res.setdefault(f"{app.name} {label} lookup_dirs", []).append(row)
-                    print(f"{app.name} {label} lookup_dirs: launch {row[0]:.3f} s, pre-buffer {row[1]:.3f}, "
-                          f"app {row[2]:.3f}", flush=True)
+                    row = (d["launch_time_s"], d["replay_stats"]["t_meta_ns"] / 1e9, d["prebuffer_s"],
+                           d["app_time_s"])
+                    res.setdefault(f"{app.name} {label} {a.without}", []).append(row)
+                    print(f"{app.name} {label} {a.without}: launch {row[0]:.3f} s, step {row[1]:.3f}, "
+                          f"pre-buffer {row[2]:.3f}, app {row[3]:.3f}", flush=True)
     finally:
         emu.down()
-    print_medians(f"of {a.reps} ({a.fs}, hdd7200, random layout, reorder): launch / pre-buffer / app after release",
-                  res)
+    print_medians(f"of {a.reps} ({a.fs}, hdd7200, random layout, reorder): launch / metadata step / pre-buffer / "
+                  f"app after release", res)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from a cold cache in several orders on a fresh emulated hdd7200 of the same syst
     python3 scripts/fsmeta-bench/order.py --fs xfs --apps vim,python [--db /var/lib/warmstart/bench.db]
     python3 scripts/fsmeta-bench/order.py --disk ssd --fs xfs --apps vim,python --threads 4,16
 
+--layout random: the random-layout image and the bench's schedules on it (`bench --layout random`).
 --threads adds the one-pass orders run by that many threads taking the pass's steps in order
 (an emulated SSD serves requests in flight together; the emulated hdd7200 in arrival order).
 
@@ -63,6 +64,16 @@ def xfs_physical_order(mnt: str, dirs, files, ino):
     return [(kind, x) for _, _, kind, x in sorted(steps)]
 
 
+def btrfs_leaf_order(dirs, files):
+    """The one pass's lookups sorted by where each inode's leaf is (Btrfs.metadata_positions, what
+    the analysis stores for the step)."""
+    from warmstart.fs import FileSystems
+    entries = [(os.fsencode(x), os.lstat(x)) for x in dirs + files]
+    pos = FileSystems().of_path(entries[0][0]).metadata_positions(entries)
+    key = {x: (st.st_dev, st.st_ino) for x, (_, st) in zip(dirs + files, entries)}
+    return sorted(dirs + files, key=lambda x: (pos.get(key[x], 0), key[x][1]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fs", required=True, choices=("xfs", "btrfs", "ext4"))
@@ -70,14 +81,17 @@ def main():
     ap.add_argument("--db", default="/var/lib/warmstart/bench.db")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--disk", default="hdd7200", choices=("hdd7200", "ssd"))
+    ap.add_argument("--layout", default="packaged", choices=("packaged", "random"))
     ap.add_argument("--threads", default="", help="comma-separated thread counts for the one-pass orders")
     a = ap.parse_args()
-    disk = EmuDisk.up("fsmeta-order", profile=a.disk, image="system", fs=a.fs)
+    image = "system" if a.layout == "packaged" else "system-random"
+    disk = EmuDisk.up("fsmeta-order", profile=a.disk, image=image, fs=a.fs)
+    bench_disk = a.disk if a.layout == "packaged" else f"{a.disk}.random"
     mnt = str(disk.mountpoint)
     db = sqlite3.connect(a.db)
     try:
         for app in a.apps.split(","):
-            files = schedule_paths(db, app, a.disk, a.fs, mnt)
+            files = schedule_paths(db, app, bench_disk, a.fs, mnt)
             dirs = sorted({os.path.dirname(p[:i]) for p in files for i in range(len(mnt) + 1, len(p) + 1)
                            if p[i - 1:i] == "/"} | {os.path.dirname(p) for p in files})
             dirs = [d for d in dirs if len(d) >= len(mnt)]
@@ -95,6 +109,8 @@ def main():
                     os.lstat(p)
 
             phys = xfs_physical_order(mnt, dirs, files, ino) if a.fs == "xfs" else None
+            if a.fs == "btrfs":
+                leaf_order = btrfs_leaf_order(dirs, files)
 
             orders = {
                 "directories read whole level by level, then files": lambda: (listed_levels(), files_by_ino()),
@@ -107,6 +123,9 @@ def main():
             if phys:
                 orders["one pass, each step at the disk address it reads first"] = \
                     lambda: [os.listdir(x) if kind == "list" else os.lstat(x) for kind, x in phys]
+            if a.fs == "btrfs":
+                orders["one pass, lookups only, in the disk order of each inode's leaf (as the step)"] = \
+                    lambda: [os.lstat(x) for x in leaf_order]
             for n in [int(x) for x in a.threads.split(",") if x]:
                 def threaded(step, n=n):
                     with ThreadPoolExecutor(n) as pool:

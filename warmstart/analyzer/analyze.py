@@ -445,8 +445,10 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     used_files = sorted(with_ranges | set(lookups), key=lambda f: f.path)
     extents = {i: fmap.extents.get(f, []) for i, f in enumerate(used_files)}        # 7
     through_fs = fs_metadata.warm_through_fs({f.dev for f in used_files})
-    looked_in, looked_report = lookup_dirs(conn, rids, [f.path for f in used_files if f.dev in through_fs], fmap.fss)
-    params = {"fs_metadata_devs": through_fs,
+    marked = [f.path for f in used_files if f.dev in through_fs]
+    looked_in, looked_report = lookup_dirs(conn, rids, marked, fmap.fss)
+    positions = fs_metadata.schedule_step_positions(marked, looked_in, fmap.fss)
+    params = {"fs_metadata_devs": through_fs, "metadata_positions": positions,
               "inode_lookups": len(lookups),
               "lookup_dirs": [os.fsdecode(d) for d in looked_in], "name_lookups": looked_report,
               "probe_requested": opts.probe, "runs_threshold": opts.runs_threshold, "metadata_first": opts.metadata_first,
@@ -473,5 +475,6 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
         "probe_calls": {"model": model.calls if model else 0, "disk": disk.calls if disk else 0},
         "disk_probe_s": disk.probe_s if disk else 0.0,
         "unprobed_devices": {f"{os.major(d)}:{os.minor(d)}": why for d, why in (disk.unprobed.items() if disk else ())},
-        "analysis_s": time.monotonic() - t_start, "cold_launch_s": cold_s, **params,
+        "analysis_s": time.monotonic() - t_start, "cold_launch_s": cold_s,
+        **params, "metadata_positions": len(positions),
     }

@@ -16,6 +16,9 @@ def _text(r):
     if meta and meta["reads"]:
         lines.append(f"  metadata step through the file system: {len(meta['reads'])} reads the launch made, "
                      f"{meta['t_s']:.3f} s modelled (in t_exp, before segment 1)")
+    if r.get("metadata_positions"):
+        lines.append(f"  metadata step in the disk order of {r['metadata_positions']} inodes (where copy-on-write "
+                     f"has moved them, as of now)")
     looked = r.get("name_lookups") or {}
     if looked.get("dirs"):
         lines.append(f"  directories the launch looked names up in, off the schedule's paths: {looked['listed']} "

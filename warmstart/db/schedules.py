@@ -159,6 +159,12 @@ def activate_schedule(conn: sqlite3.Connection, app_name: str, schedule_id: int)
                  (schedule_id, app_name))
 
 
+def set_schedule_param(conn: sqlite3.Connection, schedule_id: int, key: str, value) -> None:
+    """Replace one key of a schedule's params (JSON-safe value)."""
+    conn.execute("UPDATE schedules SET params_json = json_set(params_json, '$.' || ?, json(?)) WHERE id = ?",
+                 (key, json.dumps(value), schedule_id))
+
+
 def mark_stale(conn: sqlite3.Connection, schedule_id: int, stale: bool = True, reason: Optional[str] = None,
                at: Optional[float] = None) -> None:
     """Mark a schedule stale (or fresh again); the first marking keeps when (`at`, default now) and why."""

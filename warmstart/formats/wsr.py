@@ -1,7 +1,7 @@
 """The .wsr schedule export: written by warmstart/replay/export.py, read by build/warmstart-replay
 (replayer/wsr_format.c includes the generated build/gen/wsr_layout.h).
 
-    header (64 bytes) | files[nfiles] (48 each) | segments[nsegments] (32 each)
+    header (64 bytes) | files[nfiles] (56 each) | segments[nsegments] (32 each)
     | ranges[nranges] (40 each) | strtab (path bytes, not NUL-terminated)
 
 header_crc32 covers the header with that field zeroed; payload_crc32 covers everything after it.
@@ -16,7 +16,7 @@ from typing import List, NamedTuple
 from . import Field, Format, Record
 
 MAGIC = b"WSREPLAY"
-VERSION = 2                    # 2: FILE.flags (was padding)
+VERSION = 3                    # 2: FILE.flags (was padding); 3: FILE.meta_pos
 KIND_FILE, KIND_BLOCKDEV, KIND_DIR = 0, 1, 2
 FILE_WARM_META = 1             # FILE.flags of a regular file: warm its metadata through the file system
 FILE_LIST_DIR = 2              # FILE.flags of a directory: the metadata step reads it whole
@@ -39,7 +39,7 @@ HEADER = Record("HEADER", 64,
                 Field("reserved", "I"),
                 Field("header_crc32", "I", "zlib CRC-32 of the header with this field 0"),
                 Field("reserved2", "I"))
-FILE = Record("FILE", 48,
+FILE = Record("FILE", 56,
               Field("dev", "Q", "st_dev of a regular file; st_rdev of a block device"),
               Field("ino", "Q", "0 for a block device"),
               Field("size", "Q", "bytes; 0 for a block device (not checked)"),
@@ -48,7 +48,10 @@ FILE = Record("FILE", 48,
               Field("path_len", "I"),
               Field("kind", "I", "WSR_KIND_*"),
               Field("flags", "I", "WSR_FILE_* bits (WSR_FILE_WARM_META only on a regular file, "
-                                  "WSR_FILE_LIST_DIR only on a directory)"))
+                                  "WSR_FILE_LIST_DIR only on a directory)"),
+              Field("meta_pos", "Q", "of a file or directory in the metadata step: the byte offset on its "
+                                     "file system's device of the inode its lookup reads, where the file "
+                                     "system moves inodes (btrfs); 0: not known, inode order"))
 SEGMENT = Record("SEGMENT", 32,
                  Field("idx", "I", "1 = the pre-buffer"),
                  Field("first_range", "I", "index into ranges[]; segments tile ranges[] in order"),
@@ -90,6 +93,7 @@ class WsrFile(NamedTuple):
     mtime_ns: int
     kind: int = KIND_FILE
     flags: int = 0
+    meta_pos: int = 0
 
 
 class WsrSegment(NamedTuple):
@@ -127,7 +131,7 @@ def encode(c: WsrContents) -> bytes:
     out = []
     for f in c.files:
         out.append(FILE.pack(dev=f.dev, ino=f.ino, size=f.size, mtime_ns=f.mtime_ns, path_off=len(strtab),
-                             path_len=len(f.path), kind=f.kind, flags=f.flags))
+                             path_len=len(f.path), kind=f.kind, flags=f.flags, meta_pos=f.meta_pos))
         strtab += f.path
     out.extend(starmap(SEGMENT.struct.pack, c.segments))
     out.extend(starmap(RANGE.struct.pack, c.ranges))     # the hot loop: `warmstart run` writes one per launch

@@ -13,9 +13,13 @@ by lookups only: a directory's index items fill leaves of their own, scattered b
 so reading directories whole cost more than it spared (python on the emulated hdd7200: 333 ms
 with its 49 directories read whole, 213 ms with lookups only; FileSystem.list_dirs). The
 replayer's step also seeks each range of a file it reads, for the file extent items
-(replayer/fsmeta.c)."""
+(replayer/fsmeta.c), and visits them in the order of the leaves holding their inodes, which
+copy-on-write moves (Btrfs.metadata_positions)."""
 
+import bisect
+import ctypes
 import fcntl
+import mmap
 import os
 import re
 import struct
@@ -27,9 +31,15 @@ from ..model import Extent
 from .generic import FileSystem
 
 BTRFS_IOC_TREE_SEARCH = 0xD0009411
+BTRFS_IOC_INO_LOOKUP = 0xD0009412
 BTRFS_IOC_DEV_INFO = 0xD000941E
 BTRFS_IOC_FS_INFO = 0x8400941F
-CHUNK_TREE = 3
+FS_INFO_FLAG_METADATA_UUID = 1 << 2
+ROOT_TREE, CHUNK_TREE = 1, 3
+ROOT_ITEM_KEY = 132
+# struct btrfs_root_item: the inode item (160 bytes), generation, root_dirid, then the root
+# node's logical address; its level after byte_limit .. drop_progress (struct btrfs_root_item)
+_ROOT_BYTENR_AT, _ROOT_LEVEL_AT = 176, 238
 FIRST_CHUNK_TREE_OBJECTID = 256
 CHUNK_ITEM_KEY = 228
 RAID0, RAID1, DUP, RAID10, RAID5, RAID6, RAID1C3, RAID1C4 = 8, 16, 32, 64, 128, 256, 512, 1024
@@ -43,8 +53,10 @@ SEARCH_BUF = 4096 - _KEY.size
 # offset; data offset, size)
 _HEADER = struct.Struct("<32s16sQQ16sQQIB")
 _ITEM = struct.Struct("<QBQII")
+_KEY_PTR = struct.Struct("<QBQQQ")       # a node's struct btrfs_key_ptr: key, blockptr, generation
 INODE_ITEM_KEY = 1
 FS_TREE = 5
+FIRST_FREE_OBJECTID = 256
 
 
 class Chunk(NamedTuple):
@@ -55,31 +67,55 @@ class Chunk(NamedTuple):
     stripes: Tuple[Tuple[int, int], ...]   # (devid, physical offset)
 
 
-def read_chunks(fd: int) -> List[Chunk]:
-    """Every chunk item of the chunk tree of the btrfs file system of fd. Needs CAP_SYS_ADMIN."""
-    out: List[Chunk] = []
+def _search(fd: int, tree: int, objectid: int, item_type: int):
+    """(offset, item bytes) of every item (objectid, item_type, *) of a tree of the btrfs file
+    system of fd, in key order (BTRFS_IOC_TREE_SEARCH). Needs CAP_SYS_ADMIN."""
     min_offset = 0
     while True:
         buf = bytearray(4096)
-        _KEY.pack_into(buf, 0, CHUNK_TREE, FIRST_CHUNK_TREE_OBJECTID, FIRST_CHUNK_TREE_OBJECTID,
-                       min_offset, 2 ** 64 - 1, 0, 2 ** 64 - 1, CHUNK_ITEM_KEY, CHUNK_ITEM_KEY, 4096, 0, 0, 0, 0, 0)
+        _KEY.pack_into(buf, 0, tree, objectid, objectid, min_offset, 2 ** 64 - 1, 0, 2 ** 64 - 1,
+                       item_type, item_type, 4096, 0, 0, 0, 0, 0)
         fcntl.ioctl(fd, BTRFS_IOC_TREE_SEARCH, buf, True)
         n = _KEY.unpack_from(buf, 0)[9]
         if n == 0:
-            return out
+            return
         pos = _KEY.size
         for _ in range(n):
             _, _, offset, typ, length = _HDR.unpack_from(buf, pos)
             pos += _HDR.size
-            if typ == CHUNK_ITEM_KEY:
-                c_len, _, stripe_len, c_type, _, _, _, num_stripes, _ = _CHUNK.unpack_from(buf, pos)
-                stripes = tuple(_STRIPE.unpack_from(buf, pos + _CHUNK.size + i * _STRIPE.size)[:2]
-                                for i in range(num_stripes))
-                out.append(Chunk(offset, c_len, stripe_len, c_type, stripes))
+            if typ == item_type:
+                yield offset, bytes(buf[pos:pos + length])
             pos += length
             min_offset = offset + 1
         if min_offset >= 2 ** 64 - 1:
-            return out
+            return
+
+
+def read_chunks(fd: int) -> List[Chunk]:
+    """Every chunk item of the chunk tree of the btrfs file system of fd. Needs CAP_SYS_ADMIN."""
+    out: List[Chunk] = []
+    for offset, item in _search(fd, CHUNK_TREE, FIRST_CHUNK_TREE_OBJECTID, CHUNK_ITEM_KEY):
+        c_len, _, stripe_len, c_type, _, _, _, num_stripes, _ = _CHUNK.unpack_from(item)
+        stripes = tuple(_STRIPE.unpack_from(item, _CHUNK.size + i * _STRIPE.size)[:2] for i in range(num_stripes))
+        out.append(Chunk(offset, c_len, stripe_len, c_type, stripes))
+    return out
+
+
+def subvolume_id(fd: int) -> int:
+    """The tree id of the subvolume holding the open file fd (BTRFS_IOC_INO_LOOKUP; any user)."""
+    arg = bytearray(4096)
+    struct.pack_into("=QQ", arg, 0, 0, FIRST_FREE_OBJECTID)
+    fcntl.ioctl(fd, BTRFS_IOC_INO_LOOKUP, arg, True)
+    return struct.unpack_from("=Q", arg, 0)[0]
+
+
+def tree_root(fd: int, tree: int) -> Optional[Tuple[int, int]]:
+    """(logical address, level) of the root node of a tree (a subvolume's id) as committed, or
+    None if the root tree has no item for it. Needs CAP_SYS_ADMIN."""
+    for _, item in _search(fd, ROOT_TREE, tree, ROOT_ITEM_KEY):
+        if len(item) > _ROOT_LEVEL_AT:
+            return struct.unpack_from("<Q", item, _ROOT_BYTENR_AT)[0], item[_ROOT_LEVEL_AT]
+    return None
 
 
 def to_physical(chunks: List[Chunk], logical: int) -> Optional[Tuple[int, int, int]]:
@@ -132,6 +168,58 @@ def translate(chunks: List[Chunk], extents: List[Extent], devid: int) -> Tuple[L
                 left_out += n
             done += n
     return out, left_out
+
+
+def leaves_of(key_ptrs, root: int, level: int, inos: List[int]) -> Dict[int, int]:
+    """ino -> logical address of the leaf whose key range holds (ino, INODE_ITEM, 0), for each of
+    inos, searched down from a tree's root node (logical address, level) as btrfs searches:
+    in each node, the last key pointer whose key is at most the one sought. key_ptrs(logical,
+    level) answers a node's [(key, child's logical address)] in key order, or None if it cannot
+    be read (the inodes under it are left out). Each node on the way is read once; leaves
+    (level 0) are never read."""
+    out: Dict[int, int] = {}
+    todo = [(root, level, inos)]
+    while todo:
+        at, lv, want = todo.pop()
+        if lv == 0:
+            out.update((i, at) for i in want)
+            continue
+        ptrs = key_ptrs(at, lv)
+        if not ptrs:
+            continue
+        keys = [k for k, _ in ptrs]
+        under: Dict[int, List[int]] = {}
+        for i in want:
+            k = bisect.bisect_right(keys, (i, INODE_ITEM_KEY, 0)) - 1
+            if k >= 0:
+                under.setdefault(k, []).append(i)
+        todo.extend((ptrs[k][1], lv - 1, g) for k, g in under.items())
+    return out
+
+
+def _subvolume_of(items: List[Tuple[bytes, int]]) -> Optional[int]:
+    """The subvolume id of the first of these paths that opens (they share an st_dev: one
+    subvolume)."""
+    for path, _ in items:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            return subvolume_id(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+    return None
+
+
+def _syncfs(fd: int) -> None:
+    """Commit the file system of fd (syncfs): its trees on disk are then the ones in use."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def device_list(fd: int) -> Dict[int, bytes]:
@@ -203,12 +291,18 @@ class Btrfs(FileSystem):
             fd = self._open()
             try:
                 info = bytearray(1024)
+                struct.pack_into("=Q", info, 48, FS_INFO_FLAG_METADATA_UUID)
                 fcntl.ioctl(fd, BTRFS_IOC_FS_INFO, info, True)
             finally:
                 os.close(fd)
         except OSError:
             return None
-        fsid, nodesize = bytes(info[16:32]), struct.unpack_from("=I", info, 32)[0]
+        # the uuid its tree blocks carry: the fsid, unless the fsid was changed after mkfs
+        # (btrfstune -m) or this mount of a clone got a temporary one (kernel 6.7+: two copies of
+        # one image mounted side by side), as the kernel checks them (metadata_uuid)
+        flags = struct.unpack_from("=Q", info, 48)[0]
+        fsid = bytes(info[64:80] if flags & FS_INFO_FLAG_METADATA_UUID else info[16:32])
+        nodesize = struct.unpack_from("=I", info, 32)[0]
         return (node, fsid, nodesize, int(m.group(1)) if m else FS_TREE) if nodesize else None
 
     def inode_clusters(self, sector: int, nr_sectors: int) -> List[Tuple[int, int]]:
@@ -245,6 +339,63 @@ class Btrfs(FileSystem):
                     out.append((min(inos), max(inos) + 1))
         finally:
             os.close(fd)
+        return out
+
+    def metadata_positions(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
+        """Where the metadata step's lookup of each (path, lstat) reads its inode item: the byte
+        offset on data_device() of the leaf of its subvolume's tree holding it. Copy-on-write
+        moves a leaf whenever an item in it changes (relatime's atime update after a launch
+        rewrites the leaves of every file it read), so inode order is not disk order once the
+        file system has been used. Found from the tree's nodes as committed after a syncfs (the
+        leaves' addresses are in their parents: no leaf is read), read with O_DIRECT (never a
+        stale copy in the block device's cache). {} where it cannot say (not root, a profile
+        not mapped here): the step then keeps inode order."""
+        if self._leaves is None or not entries:
+            return {}
+        node, fsid, nodesize, _ = self._leaves
+        main = self.data_device()
+        devid = next((i for i, d in self.device_ids().items() if d == main), 1)
+        by_dev: Dict[int, List[Tuple[bytes, int]]] = {}
+        for path, st in entries:
+            by_dev.setdefault(st.st_dev, []).append((path, st.st_ino))
+        out: Dict[Tuple[int, int], int] = {}
+        buf = mmap.mmap(-1, nodesize)
+
+        def key_ptrs(logical: int, level: int) -> Optional[List[Tuple[Tuple[int, int, int], int]]]:
+            hit = to_physical(chunks, logical)
+            if hit is None or hit[0] != devid or os.preadv(dfd, [buf], hit[1]) != nodesize:
+                return None
+            _, bfsid, bytenr, _, _, _, _, nritems, blevel = _HEADER.unpack_from(buf)
+            if bfsid != fsid or bytenr != logical or blevel != level or \
+                    _HEADER.size + nritems * _KEY_PTR.size > nodesize:
+                return None     # not the node its parent names: the tree changed under us
+            return [((o, t, off), ptr) for o, t, off, ptr, _ in
+                    (_KEY_PTR.unpack_from(buf, _HEADER.size + i * _KEY_PTR.size) for i in range(nritems))]
+
+        try:
+            mfd = self._open()
+            try:
+                _syncfs(mfd)
+                chunks = self.chunks()
+                dfd = os.open(node, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+                try:
+                    for dev, items in by_dev.items():
+                        tree = _subvolume_of(items)
+                        root = tree_root(mfd, tree) if tree else None
+                        if root is None:
+                            continue
+                        for ino, logical in leaves_of(key_ptrs, *root, sorted({i for _, i in items})).items():
+                            hit = to_physical(chunks, logical)
+                            if hit is not None and hit[0] == devid:
+                                out[(dev, ino)] = hit[1]
+                finally:
+                    os.close(dfd)
+            finally:
+                os.close(mfd)
+        except OSError:
+            return {}
+        finally:
+            buf.close()
         return out
 
     def chunks(self) -> List[Chunk]:

@@ -4,7 +4,7 @@ fstype without a module of its own is this."""
 
 import os
 import stat
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from ..devices import is_block_device
 from ..fiemap import mapped_extents_fd
@@ -79,6 +79,13 @@ class FileSystem:
     def parse_lookup(body: bytes) -> Optional[Tuple[int, int, bytes]]:
         """(dev_t, directory inode, name) of one lookup_event's text, or None."""
         return None
+
+    def metadata_positions(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
+        """(st_dev, ino) -> where the metadata step's lookup of each (path, lstat) reads its inode
+        (a byte offset on data_device()), for a file system whose inode numbers do not give
+        their disk order; {} where they do (the step's inode order is disk order) or it cannot
+        say."""
+        return {}
 
     def inode_clusters(self, sector: int, nr_sectors: int) -> List[Tuple[int, int]]:
         """Where the file system places inodes by number: the inode numbers [first, end) of each

@@ -74,6 +74,39 @@ def directories_on(paths: Iterable[bytes]) -> List[Tuple[bytes, os.stat_result]]
     return found
 
 
+def step_positions(paths: Iterable[bytes], table=None) -> Dict[str, int]:
+    """"st_dev:ino" -> where the metadata step's lookup of each of these paths and of each
+    directory on them (a path ending in "/" names its directory) reads its inode, from the file
+    systems whose inode numbers do not give their disk order (FileSystem.metadata_positions:
+    btrfs), as of now. The export hands it to the step, which visits each device's entries in
+    that order (WSR FILE.meta_pos) and the rest in inode order."""
+    from . import FileSystems
+    table = table or FileSystems()
+    entries = directories_on(paths)
+    for p in paths:
+        if not p.endswith(b"/"):
+            try:
+                entries.append((p, os.lstat(p)))
+            except OSError:
+                pass
+    groups: Dict[int, Tuple[object, List[Tuple[bytes, os.stat_result]]]] = {}
+    for path, st in entries:
+        fsys = table.of_path(path)
+        if fsys is not None:
+            groups.setdefault(fsys.mount.dev, (fsys, []))[1].append((path, st))
+    return {f"{dev}:{ino}": pos for fsys, group in groups.values()
+            for (dev, ino), pos in fsys.metadata_positions(group).items()}
+
+
+def schedule_step_positions(marked: List[bytes], lookup_dirs: Iterable, table=None) -> Dict[str, int]:
+    """step_positions of a schedule's entries in the metadata step: its marked files (those whose
+    metadata is warmed through their file system), the directories the launch looked names up
+    in (`lookup_dirs`), and the directories on their paths. {} without marked files."""
+    if not marked:
+        return {}
+    return step_positions(list(marked) + [os.fsencode(d).rstrip(b"/") + b"/" for d in lookup_dirs], table)
+
+
 def listed_dirs(devs: Iterable[int], mount_list: Optional[List[Mount]] = None) -> List[int]:
     """Those of devs (st_dev of directories) whose file system the metadata step reads
     directories of whole (FileSystem.list_dirs); a device no mount names is not."""

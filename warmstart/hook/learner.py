@@ -194,6 +194,7 @@ class Learner:
         self.waiting: list = []                # (hooked launch record, seen at): not judged yet
         self.offset: Optional[int] = None      # how far the daemon's log is read (None: not loaded)
         self.refresh_due = False               # a verdict marked a schedule stale: refresh the index
+        self.places_due: dict = {}             # schedule id -> launched at: its metadata places to check
         self.looked_up: set = set()            # reports found gone, their rows looked for once
         self.stopping = threading.Event()
         self.thread: Optional[threading.Thread] = None
@@ -266,12 +267,24 @@ class Learner:
 
     # ---- idle analysis
     def analyze_when_idle(self, idle: Idle):
-        if not self.pending or self.recording is not None:
+        """The background work, when the machine is idle (or it has waited learn_idle_max_s): the
+        analysis of a new recording first, else the metadata places of a schedule launched since
+        (never while a hooked launch the learner knows of is not judged yet: its own disk reads
+        would slow that launch's)."""
+        places = self.places_due and not self.waiting
+        if not (self.pending or places) or self.recording is not None:
             return
         busy, kbps = idle.poll()
-        name, queued = self.pending[0]
+        if self.pending:
+            name, queued = self.pending[0]
+        else:
+            sid, queued = next(iter(self.places_due.items()))
         overdue = time.monotonic() - queued > self.cfg.learn_idle_max_s
         if not overdue and (busy > self.cfg.learn_idle_cpu or kbps > self.cfg.learn_idle_io_kbps):
+            return
+        if not self.pending:
+            del self.places_due[sid]
+            self.update_places(sid)
             return
         self.pending.popleft()
         from ..analyzer.analyze import Options, analyze
@@ -288,6 +301,32 @@ class Learner:
             why = str(e) if isinstance(e, (WarmstartError, OSError)) else f"{type(e).__name__}: {e}"
             _log(f"analysis of {name} failed: {why}")
             self._event({"event": "analyzed", "app": name, "error": why})
+
+    def update_places(self, schedule_id: int) -> None:
+        """Where a schedule's metadata step reads its inodes (params.metadata_positions: btrfs,
+        whose copy-on-write moves a leaf whenever an inode in it changes, as the atime updates of
+        a launch's first reads of the day do), found again after a launch; if any moved, stored
+        and the exports rewritten, so that the next launch's step goes in the disk's order."""
+        from ..db.schedules import load_schedule, set_schedule_param
+        from ..fs.metadata import schedule_step_positions
+        from .manage import refresh
+        with self.db() as conn:
+            sched = load_schedule(conn, schedule_id)
+            old = sched.params.get("metadata_positions")
+            if not old:
+                return      # nothing placed (no such file system, or not found at the analysis)
+            devs = set(sched.params.get("fs_metadata_devs") or ())
+            new = schedule_step_positions([f.path for f in sched.files if f.dev in devs],
+                                          sched.params.get("lookup_dirs") or ())
+            moved = sum(new.get(k) != v for k, v in old.items())
+            if not new or not moved:
+                return
+            with transaction(conn):
+                set_schedule_param(conn, schedule_id, "metadata_positions", new)
+            refresh(conn, self.paths)
+        _log(f"schedule {schedule_id}: {moved} of its {len(old)} inodes moved on the disk since; the metadata "
+             f"step follows them")
+        self._event({"event": "places", "schedule_id": schedule_id, "moved": moved, "inodes": len(new)})
 
     # ---- accuracy feedback
     # What the learner has taken from the daemon's log survives it (a SIGKILL, a crash, a
@@ -419,6 +458,7 @@ class Learner:
                 self._save_feedback_state()
             if lid is None:
                 continue
+            self.places_due.setdefault(r["schedule_id"], time.monotonic())
             what = f"hooked launch of schedule {r['schedule_id']}: launches row {lid}" + \
                 (" (stored before a restart)" if again else "")
             timed = "not timed" if v.get("not_timed") else "timed"

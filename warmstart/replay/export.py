@@ -45,22 +45,24 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
     files: List[WsrFile] = []
     file_index = {}
 
-    def add_file(key, path: bytes, dev, ino, size, mtime_ns, kind, flags=0):
+    def add_file(key, path: bytes, dev, ino, size, mtime_ns, kind, flags=0, meta_pos=0):
         if key not in file_index:
             file_index[key] = len(files)
-            files.append(WsrFile(path, dev, ino, size, mtime_ns, kind, flags))
+            files.append(WsrFile(path, dev, ino, size, mtime_ns, kind, flags, meta_pos))
         return file_index[key]
 
     # files on a file system whose metadata raw device reads cannot warm: the replayer's
     # metadata step warms it through the file system (as the analyzer decided; a schedule from
     # before that, or imported, asks this machine's mounts now)
     through_fs = set()
+    positions = schedule.params.get("metadata_positions") or {}    # where the step's lookups read
     if fs_metadata:
         devs = schedule.params.get("fs_metadata_devs")
         through_fs = set(devs if devs is not None else metadata.warm_through_fs({f.dev for f in schedule.files}))
     for f in schedule.files:
+        warm = f.dev in through_fs
         add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE,
-                 FILE_WARM_META if f.dev in through_fs else 0)
+                 FILE_WARM_META if warm else 0, positions.get(f"{f.dev}:{f.ino}", 0) if warm else 0)
     segs: List[WsrSegment] = []
     ranges: List[tuple] = []      # wsr.WsrRange's fields
     for k, seg in enumerate(schedule.segments):
@@ -85,19 +87,21 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
     marked = [f.path for f in files if f.flags & FILE_WARM_META]
     if marked:   # and the directories the launch looked names up in (analyzer/lookups.py)
         marked += [os.fsencode(d) + b"/" for d in schedule.params.get("lookup_dirs") or ()]
-    files.extend(_directories(marked))
+    files.extend(_directories(marked, positions))
     return wsr.WsrContents(schedule.id or 0, files, segs, ranges)
 
 
-def _directories(paths: List[bytes]) -> List[WsrFile]:
+def _directories(paths: List[bytes], positions: dict) -> List[WsrFile]:
     """The directories on these paths (fs.metadata.directories_on; a path ending in "/" names
-    itself too) for the replayer's metadata step: their (dev, inode) place them among the files
-    in its inode order, and WSR_FILE_LIST_DIR marks those to read whole (FileSystem.list_dirs).
+    itself too) for the replayer's metadata step: their (dev, inode), or the place of their
+    inode where the analysis found one (positions), put them among the files in its order, and
+    WSR_FILE_LIST_DIR marks those to read whole (FileSystem.list_dirs).
     One that is gone is left out (the step then reaches it through the lookups of the paths
     under it)."""
     found = [(d, st.st_dev, st.st_ino) for d, st in metadata.directories_on(paths)]
     listed = set(metadata.listed_dirs({dev for _, dev, _ in found}))
-    return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0) for d, dev, ino in found]
+    return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0, positions.get(f"{dev}:{ino}", 0))
+            for d, dev, ino in found]
 
 
 def encode(schedule, fs_metadata: bool = True) -> bytes:
