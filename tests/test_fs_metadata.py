@@ -825,7 +825,7 @@ def test_the_learner_follows_inodes_that_copy_on_write_moved_since_the_analysis(
     from warmstart.db.schedules import load_schedule, set_schedule_param
     from warmstart.hook.config import HookConfig
     from warmstart.hook.layout import HookPaths
-    from warmstart.hook.learner import Learner
+    from warmstart.hook.learner import Idle, Learner
     base = emu_btrfs.mountpoint / f"moved-{os.getpid()}-{tmp_path.name}"
     request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
     base.mkdir()
@@ -844,14 +844,16 @@ def test_the_learner_follows_inodes_that_copy_on_write_moved_since_the_analysis(
     conn.close()
     paths = HookPaths(tmp_path, tmp_path / "state", tmp_path / "run", tmp_path / "etc")
     paths.state.mkdir()
-    learner = Learner(str(db), paths, HookConfig())
+    learner = Learner(str(db), paths, HookConfig(learn_idle_max_s=0.0))
     learner.update_places(sid)
     assert not paths.learner_events.exists()            # nothing moved: nothing stored
     order = files[:]
     random.Random(3).shuffle(order)
     for k, p in enumerate(order):                       # every inode changed, in a shuffled order
         os.utime(p, (1_000_000_000 + k, p.stat().st_mtime))
-    learner.update_places(sid)
+    learner.places_due[sid] = 0.0                       # as after a judged launch; overdue now
+    learner.analyze_when_idle(Idle())
+    assert not learner.places_due
     stored = load_schedule(open_db(db), sid).params["metadata_positions"]
     now = metadata.schedule_step_positions([sf.path for sf in sfs], [])
     moved = sum(stored[k] != first[k] for k in first)

@@ -74,6 +74,11 @@ def directories_on(paths: Iterable[bytes]) -> List[Tuple[bytes, os.stat_result]]
     return found
 
 
+def position_key(dev: int, ino: int) -> str:
+    """How step_positions names an inode (a JSON object's key: a schedule's params store them)."""
+    return f"{dev}:{ino}"
+
+
 def step_positions(paths: Iterable[bytes], table=None) -> Dict[str, int]:
     """"st_dev:ino" -> where the metadata step's lookup of each of these paths and of each
     directory on them (a path ending in "/" names its directory) reads its inode, from the file
@@ -94,7 +99,7 @@ def step_positions(paths: Iterable[bytes], table=None) -> Dict[str, int]:
         fsys = table.of_path(path)
         if fsys is not None:
             groups.setdefault(fsys.mount.dev, (fsys, []))[1].append((path, st))
-    return {f"{dev}:{ino}": pos for fsys, group in groups.values()
+    return {position_key(dev, ino): pos for fsys, group in groups.values()
             for (dev, ino), pos in fsys.metadata_positions(group).items()}
 
 

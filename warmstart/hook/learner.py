@@ -275,18 +275,16 @@ class Learner:
         if not (self.pending or places) or self.recording is not None:
             return
         busy, kbps = idle.poll()
-        if self.pending:
-            name, queued = self.pending[0]
-        else:
-            sid, queued = next(iter(self.places_due.items()))
-        overdue = time.monotonic() - queued > self.cfg.learn_idle_max_s
+        queue = self.pending or list(self.places_due.items())   # (what, queued at), oldest first
+        overdue = time.monotonic() - queue[0][1] > self.cfg.learn_idle_max_s
         if not overdue and (busy > self.cfg.learn_idle_cpu or kbps > self.cfg.learn_idle_io_kbps):
             return
         if not self.pending:
+            sid = queue[0][0]
             del self.places_due[sid]
             self.update_places(sid)
             return
-        self.pending.popleft()
+        name, _ = self.pending.popleft()
         from ..analyzer.analyze import Options, analyze
         from .manage import refresh
         try:

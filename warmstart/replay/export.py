@@ -62,7 +62,7 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
     for f in schedule.files:
         warm = f.dev in through_fs
         add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE,
-                 FILE_WARM_META if warm else 0, positions.get(f"{f.dev}:{f.ino}", 0) if warm else 0)
+                 FILE_WARM_META if warm else 0, positions.get(metadata.position_key(f.dev, f.ino), 0) if warm else 0)
     segs: List[WsrSegment] = []
     ranges: List[tuple] = []      # wsr.WsrRange's fields
     for k, seg in enumerate(schedule.segments):
@@ -100,7 +100,7 @@ def _directories(paths: List[bytes], positions: dict) -> List[WsrFile]:
     under it)."""
     found = [(d, st.st_dev, st.st_ino) for d, st in metadata.directories_on(paths)]
     listed = set(metadata.listed_dirs({dev for _, dev, _ in found}))
-    return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0, positions.get(f"{dev}:{ino}", 0))
+    return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0, positions.get(metadata.position_key(dev, ino), 0))
             for d, dev, ino in found]
 
 
