@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """btrfs: what warming the checksum tree before the data sweep would give (docs/replayer.md, "The
-metadata step", tried and not kept). For each app's schedule of a `warmstart bench --fs btrfs`
-run, from a cold cache: the metadata step's lookups (inode order), then the files' data read in
-disk order (a WILLNEED for each, then read whole); and the same with a BTRFS_IOC_TREE_SEARCH_V2
-over the checksum tree's items for the files' extents (logical addresses, runs within 1 MiB
-merged) between the two. ms of each part (median of --reps) and the disk's block reads.
+metadata step", tried and not kept). For each app's schedule of a `warmstart bench --disk hdd7200
+--fs btrfs` run, from a cold cache: the metadata step's lookups (inode order), then the files'
+data read in disk order (a WILLNEED for each, then read whole); and the same with the checksum
+leaves read between the two by BTRFS_IOC_TREE_SEARCH_V2, either over the checksum items of the
+files' extents in key order (logical addresses, runs within 1 MiB merged), or one search per leaf
+holding them, in the leaves' disk order (found from the tree's nodes, Btrfs.leaf_positions). ms
+of each part (median of --reps) and the disk's block reads.
 
     python3 scripts/fsmeta-bench/csum.py --apps vim,python [--db /var/lib/warmstart/bench.db]
 
@@ -27,11 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from order import schedule_paths                          # noqa: E402
 from warmstart.emudisk import EmuDisk                      # noqa: E402
 from warmstart.fiemap import mapped_extents               # noqa: E402
+from warmstart.fs import FileSystems                      # noqa: E402
 from warmstart.recorder.coldcache import drop_caches      # noqa: E402
 
 SEARCH_V2 = 0xC0709411                   # _IOWR(0x94, 17, struct btrfs_ioctl_search_args_v2)
 KEY = struct.Struct("=7Q4I4Q")           # btrfs_ioctl_search_key
 CSUM_TREE, CSUM_OBJECTID, CSUM_KEY = 7, 2 ** 64 - 10, 128
+SECTOR = 4096
 BUF = 65536
 
 
@@ -62,9 +66,10 @@ def main():
     disk = EmuDisk.up("fsmeta-order", profile="hdd7200", image="system", fs="btrfs")
     mnt = str(disk.mountpoint)
     db = sqlite3.connect(a.db)
+    fs = FileSystems().of_path(os.fsencode(mnt))
     try:
         for app in a.apps.split(","):
-            files = schedule_paths(db, app, "btrfs", mnt)
+            files = schedule_paths(db, app, "hdd7200", "btrfs", mnt)
             dirs = sorted({os.path.dirname(p[:i]) for p in files for i in range(len(mnt) + 1, len(p) + 1)
                            if p[i - 1:i] == "/"} | {os.path.dirname(p) for p in files})
             dirs = [d for d in dirs if len(d) >= len(mnt)]
@@ -77,6 +82,10 @@ def main():
                     runs[-1][1] = max(runs[-1][1], hi)
                 else:
                     runs.append([lo, hi])
+            keys = [(CSUM_OBJECTID, CSUM_KEY, x) for lo, hi in runs for x in range(lo, hi, SECTOR)]
+            first = {}      # leaf's disk offset -> the first address sought in it
+            for (_, (_, _, x)), at in fs.leaf_positions({CSUM_TREE: keys}).items():
+                first[at] = min(first.get(at, x), x)
             top = os.open(mnt, os.O_RDONLY)
 
             def lookups():
@@ -86,6 +95,10 @@ def main():
             def csums():
                 for lo, hi in runs:
                     search_csums(top, lo, hi - 1)
+
+            def csum_leaves():
+                for at in sorted(first):
+                    search_csums(top, first[at], first[at])
 
             def data():
                 fds = [os.open(f, os.O_RDONLY) for f in in_disk_order]
@@ -99,7 +112,8 @@ def main():
             res = collections.defaultdict(list)
             for _ in range(a.reps):
                 for variant, steps in (("lookups, data", (lookups, data)),
-                                       ("lookups, checksums, data", (lookups, csums, data))):
+                                       ("lookups, checksums, data", (lookups, csums, data)),
+                                       ("lookups, checksum leaves in disk order, data", (lookups, csum_leaves, data))):
                     drop_caches()
                     for step in steps:
                         disk.reset_stats()
@@ -107,7 +121,7 @@ def main():
                         step()
                         res[(variant, step.__name__)].append(((time.monotonic() - t0) * 1000, disk.stats()["reads"]))
             os.close(top)
-            print(f"btrfs {app}: {len(files)} files, {len(runs)} checksum runs")
+            print(f"btrfs {app}: {len(files)} files, {len(runs)} checksum runs, {len(first)} checksum leaves")
             for (variant, step), v in res.items():
                 print(f"  {variant}: {step} {statistics.median(t for t, _ in v):.0f} ms, "
                       f"{statistics.median(n for _, n in v):.0f} reads")

@@ -170,29 +170,30 @@ def translate(chunks: List[Chunk], extents: List[Extent], devid: int) -> Tuple[L
     return out, left_out
 
 
-def leaves_of(key_ptrs, root: int, level: int, inos: List[int]) -> Dict[int, int]:
-    """ino -> logical address of the leaf whose key range holds (ino, INODE_ITEM, 0), for each of
-    inos, searched down from a tree's root node (logical address, level) as btrfs searches:
-    in each node, the last key pointer whose key is at most the one sought. key_ptrs(logical,
-    level) answers a node's [(key, child's logical address)] in key order, or None if it cannot
-    be read (the inodes under it are left out). Each node on the way is read once; leaves
-    (level 0) are never read."""
-    out: Dict[int, int] = {}
-    todo = [(root, level, inos)]
+def leaves_of(key_ptrs, root: int, level: int, keys: List[Tuple[int, int, int]]) -> Dict[Tuple[int, int, int], int]:
+    """key -> logical address of the leaf whose key range holds it (an item with that key, or
+    the last item before it: a checksum item covering an address), for each of keys (objectid,
+    type, offset), searched down from a tree's root node (logical address, level) as btrfs
+    searches: in each node, the last key pointer whose key is at most the one sought.
+    key_ptrs(logical, level) answers a node's [(key, child's logical address)] in key order, or
+    None if it cannot be read (the keys under it are left out). Each node on the way is read
+    once; leaves (level 0) are never read."""
+    out: Dict[Tuple[int, int, int], int] = {}
+    todo = [(root, level, keys)]
     while todo:
         at, lv, want = todo.pop()
         if lv == 0:
-            out.update((i, at) for i in want)
+            out.update((k, at) for k in want)
             continue
         ptrs = key_ptrs(at, lv)
         if not ptrs:
             continue
-        keys = [k for k, _ in ptrs]
-        under: Dict[int, List[int]] = {}
-        for i in want:
-            k = bisect.bisect_right(keys, (i, INODE_ITEM_KEY, 0)) - 1
+        firsts = [k for k, _ in ptrs]
+        under: Dict[int, List[Tuple[int, int, int]]] = {}
+        for key in want:
+            k = bisect.bisect_right(firsts, key) - 1
             if k >= 0:
-                under.setdefault(k, []).append(i)
+                under.setdefault(k, []).append(key)
         todo.extend((ptrs[k][1], lv - 1, g) for k, g in under.items())
     return out
 
@@ -346,19 +347,29 @@ class Btrfs(FileSystem):
         offset on data_device() of the leaf of its subvolume's tree holding it. Copy-on-write
         moves a leaf whenever an item in it changes (relatime's atime update after a launch
         rewrites the leaves of every file it read), so inode order is not disk order once the
-        file system has been used. Found from the tree's nodes as committed after a syncfs (the
-        leaves' addresses are in their parents: no leaf is read), read with O_DIRECT (never a
-        stale copy in the block device's cache). {} where it cannot say (not root, a profile
-        not mapped here): the step then keeps inode order."""
-        if self._leaves is None or not entries:
+        file system has been used. {} where it cannot say (not root, a profile not mapped here):
+        the step then keeps inode order."""
+        by_dev: Dict[int, List[Tuple[bytes, int]]] = {}
+        for path, st in entries:
+            by_dev.setdefault(st.st_dev, []).append((path, st.st_ino))
+        trees = {dev: _subvolume_of(items) for dev, items in by_dev.items()}
+        found = self.leaf_positions({t: [(i, INODE_ITEM_KEY, 0) for _, i in by_dev[dev]]
+                                     for dev, t in trees.items() if t})
+        return {(dev, ino): found[(t, (ino, INODE_ITEM_KEY, 0))] for dev, t in trees.items() if t
+                for _, ino in by_dev[dev] if (t, (ino, INODE_ITEM_KEY, 0)) in found}
+
+    def leaf_positions(self, searches: Dict[int, List[Tuple[int, int, int]]]) -> Dict[Tuple[int, Tuple[int, int, int]], int]:
+        """(tree id, key) -> the byte offset on data_device() of the leaf holding that key (see
+        leaves_of), for searches {tree id: keys}. Found from the trees' nodes as committed after
+        a syncfs (the leaves' addresses are in their parents: no leaf is read), read with
+        O_DIRECT (never a stale copy in the block device's cache). {} where it cannot say (not
+        root); a key on a leaf of another device or an unmapped profile is left out."""
+        if self._leaves is None or not searches:
             return {}
         node, fsid, nodesize, _ = self._leaves
         main = self.data_device()
         devid = next((i for i, d in self.device_ids().items() if d == main), 1)
-        by_dev: Dict[int, List[Tuple[bytes, int]]] = {}
-        for path, st in entries:
-            by_dev.setdefault(st.st_dev, []).append((path, st.st_ino))
-        out: Dict[Tuple[int, int], int] = {}
+        out: Dict[Tuple[int, Tuple[int, int, int]], int] = {}
         buf = mmap.mmap(-1, nodesize)
 
         def key_ptrs(logical: int, level: int) -> Optional[List[Tuple[Tuple[int, int, int], int]]]:
@@ -379,15 +390,14 @@ class Btrfs(FileSystem):
                 chunks = self.chunks()
                 dfd = os.open(node, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
                 try:
-                    for dev, items in by_dev.items():
-                        tree = _subvolume_of(items)
-                        root = tree_root(mfd, tree) if tree else None
+                    for tree, keys in searches.items():
+                        root = tree_root(mfd, tree)
                         if root is None:
                             continue
-                        for ino, logical in leaves_of(key_ptrs, *root, sorted({i for _, i in items})).items():
+                        for key, logical in leaves_of(key_ptrs, *root, sorted(set(keys))).items():
                             hit = to_physical(chunks, logical)
                             if hit is not None and hit[0] == devid:
-                                out[(dev, ino)] = hit[1]
+                                out[(tree, key)] = hit[1]
                 finally:
                     os.close(dfd)
             finally:
