@@ -576,6 +576,44 @@ def test_on_btrfs_the_inodes_a_launch_only_stated_are_looked_up_too(emu_btrfs, r
     assert _reads_after_replay(emu_btrfs, sched, tmp_path, stats) == 0
 
 
+def test_on_btrfs_files_read_with_their_data_inline_are_prefetched(emu_btrfs, request, tmp_path):
+    """btrfs keeps a file of up to 2 KiB in its tree (an inline extent, beside the inode): no
+    recorded read maps to it, and a launch reading many (git reads each loose object so) read
+    their leaves one at a time. The analysis gives each file the launch read that way a range in
+    the pre-buffer at the leaf holding its data (FileMap.inline_ranges); the metadata step's seek
+    reads that leaf, and the app's reads after the replay then read nothing; without those
+    ranges, the files are in no schedule and their reads read the leaves."""
+    require(have_tracefs(), "needs root and tracefs")
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    base = emu_btrfs.mountpoint / f"inline-{os.getpid()}-{tmp_path.name}"
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    base.mkdir()
+    for k in range(240):
+        (base / f"obj{k:04d}").write_bytes(os.urandom(900))
+    subprocess.run(["sync", "-f", str(base)], check=True)
+    db = tmp_path / "db"
+    _record_and_analyze(emu_btrfs, db, "inline", [sys.executable, "-S", "-c", SHUFFLED_READER, str(base)])
+    sched = load_active_schedule(open_db(db), "inline")
+    ours = {f for f in sched.files if f.path.startswith(os.fsencode(base))}
+    inline = [r for r in sched.segments[0].ranges if r.file in ours]
+    fm = sched.params["filemap"]
+    assert len(inline) == len(ours) == 240 and fm["inline_files"] >= 240 and fm["inline_placed"] >= 240, fm
+    idx = {f: i for i, f in enumerate(sched.files)}
+    assert all(r.file_offset == 0 and r.length == 900 and not sched.extents.get(idx[r.file]) for r in inline)
+    names = sorted(os.listdir(base))
+
+    def read_all():
+        for n in names:
+            (base / n).read_bytes()
+
+    assert _reads_after_replay(emu_btrfs, sched, tmp_path, read_all) == 0
+    every = list(sched.files)
+    sched.files = [f for f in every if f not in ours]
+    for g in sched.segments:
+        g.ranges = [r for r in g.ranges if r.file not in ours]
+    assert _reads_after_replay(emu_btrfs, sched, tmp_path, read_all) >= 10   # ~12 files a leaf
+
+
 def _read_sectors(disk, fn):
     """The sectors of the block reads issued to the disk's loop device while fn() ran, in issue
     order (a tracefs instance of the test's own)."""

@@ -435,6 +435,13 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     chosen = seg.chosen
     order = order_segments(chosen, table, cost, opts)                               # 6
     segments = order.segments
+    # files read with their data inline in the metadata (no extent, so in no recorded read):
+    # first in the pre-buffer, each at the place its data is read from; the metadata step's
+    # seek of the file reads it, so the range then costs no disk read
+    inline = fmap.inline_ranges()
+    if inline and segments:
+        segments[0].ranges[:0] = inline
+        segments[0].bytes += sum(r.length for r in inline)
     cut = bound.of_analysis(items, [a.busy_after_ns for a in kept], seg.cpu_scale, cost.prof, cost.dev,
                             meta_reads)
     meta_step = metadata_step(fmap.fs_meta_reads,

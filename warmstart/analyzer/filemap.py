@@ -18,6 +18,13 @@ btrfs or a device no mount names it is dropped (`dropped_raw_bytes`, the reasons
 their metadata is warmed through the file system by the replayer's metadata step instead, and
 the dropped reads of an XFS or btrfs device are kept aside (`fs_meta_reads`) to model that step.
 
+A file whose data the file system keeps in its metadata (FIEMAP's DATA_INLINE: btrfs stores files
+up to 2 KiB in its tree) has no extent, so no recorded read maps to it; the launch's page-cache
+events still show it read it (git reads every loose object so). `inline_ranges` gives each such
+file one range where its file system places that data (FileSystem.inline_data_places): the
+metadata step's seek of the file reads the leaf, and the pre-buffer's read of the range then
+costs no disk read.
+
 Devices: requests are on the device the tracer saw; a file's extents are relative to its file
 system's data device (fs.FileSystem.data_device: the mounted device, btrfs's device from its
 device list, extents translated from btrfs logical addresses). For a partition both coordinates
@@ -32,10 +39,10 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..devices import disk_of
-from ..fiemap import mappable, place
+from ..fiemap import FIEMAP_EXTENT_DATA_INLINE, fiemap_fd, mappable, place
 from ..fs import FileSystems
 from ..fs.metadata import RawReadPolicy, directories_on
-from ..model import Extent, FileInfo, ScheduledFile
+from ..model import Extent, FileInfo, Range, ScheduledFile
 from .sequence import Access
 
 
@@ -64,6 +71,8 @@ class FileMapReport:
     moved_files: int = 0      # files whose bytes moved since the recording (mapped through its extents)
     unused_bytes: int = 0     # file bytes the launch read (readahead) but never used: not fetched
     metadata_bytes: int = 0
+    inline_files: int = 0       # files read whose data is inline in the file system's metadata
+    inline_placed: int = 0      # those given a range (inline_ranges)
     device_bytes: int = 0                                     # unflagged, kept as device ranges
     dropped_unmapped_bytes: int = 0
     dropped_mismatch_bytes: int = 0                           # mapped to pages the launch never added
@@ -99,6 +108,20 @@ def _extents(fs, path: bytes) -> List[Extent]:
         os.close(fd)
 
 
+def _inline(path: bytes) -> bool:
+    """Whether the file's data is inline in its file system's metadata (FIEMAP)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return any(e.flags & FIEMAP_EXTENT_DATA_INLINE for e in fiemap_fd(fd, sync=False))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class FileMap:
     """An index from (dev, sector) to the files of a launch, built from their FIEMAP now."""
 
@@ -115,6 +138,7 @@ class FileMap:
         self.fs_meta_reads: List[Tuple[int, int, int]] = []
         self.files: List[ScheduledFile] = []
         self.extents: Dict[ScheduledFile, List[Extent]] = {}
+        self.inline: List[ScheduledFile] = []     # read by the launch, data inline (no extent)
         # per device: sorted starts, and (start, end, file, logical_bytes, ino_key)
         self._idx: Dict[int, List[Tuple[int, int, ScheduledFile, int, Tuple[int, int]]]] = {}
         for rf in files:
@@ -151,6 +175,10 @@ class FileMap:
         self.files.append(sf)
         self.extents[sf] = exts
         self.report.files_used += 1
+        if not exts and st.st_size and (self.added_pages is None or (rf.dev, rf.ino) in self.added_pages) \
+                and _inline(rf.path):
+            self.inline.append(sf)
+            self.report.inline_files += 1
         recorded = [e for e in rf.extents if mappable(e)] if rf.extents is not None else exts
         moved = [(e.logical, e.physical, e.length) for e in recorded] != \
             [(e.logical, e.physical, e.length) for e in exts]
@@ -187,6 +215,33 @@ class FileMap:
                 out.append((lo, hi - lo))
         self.report.unused_bytes += length - sum(n for _, n in out)
         return out
+
+    def inline_ranges(self) -> List[Range]:
+        """One range per file read whose data is inline in its file system's metadata, at the
+        place its file system reads that data from (FileSystem.inline_data_places), on the whole
+        disk like the mapped pieces; in (dev, sector) order. Files with no known place are left
+        out."""
+        by_fs: Dict[object, List[ScheduledFile]] = {}
+        for sf in self.inline:
+            fs = self.fss.of_path(os.path.realpath(sf.path))
+            if fs is not None and fs.data_device() is not None:
+                by_fs.setdefault(fs, []).append(sf)
+        out: List[Range] = []
+        for fs, files in by_fs.items():
+            entries = []
+            for sf in files:
+                try:
+                    entries.append((sf.path, os.lstat(sf.path)))
+                except OSError:
+                    continue
+            places = fs.inline_data_places(entries)
+            disk, start = disk_of(fs.data_device())
+            for sf in files:
+                at = places.get((sf.dev, sf.ino))
+                if at is not None:
+                    out.append(Range(disk, start + at // 512, -(-sf.size // 512), sf.size, sf, 0))
+        self.report.inline_placed = len(out)
+        return sorted(out, key=lambda r: (r.dev, r.sector))
 
     def inode_lookups(self, files: Iterable[ScheduledFile]) -> List[ScheduledFile]:
         """Files whose lookup makes the replayer's metadata step read the inode blocks the launch

@@ -19,6 +19,10 @@ def _text(r):
     if r.get("metadata_positions"):
         lines.append(f"  metadata step in the disk order of {r['metadata_positions']} inodes (where copy-on-write "
                      f"has moved them, as of now)")
+    fm = r["filemap"]
+    if fm.get("inline_files"):
+        lines.append(f"  {fm['inline_files']} file(s) read with their data inline in the file system's metadata: "
+                     f"{fm['inline_placed']} placed in the pre-buffer (read by the metadata step's seeks)")
     looked = r.get("name_lookups") or {}
     if looked.get("dirs"):
         lines.append(f"  directories the launch looked names up in, off the schedule's paths: {looked['listed']} "
@@ -26,7 +30,6 @@ def _text(r):
     for name, c in r["compare"].items():
         extra = f", disk {c['t_disk_s']:.3f} s" if "t_disk_s" in c else ""
         lines.append(f"  {name:<8} modelled {c['t_model_s']:.3f} s{extra}")
-    fm = r["filemap"]
     if fm["skipped_files"]:
         lines.append(f"  {fm['skipped_files']} file(s) skipped (deleted or changed since recording); "
                      f"{fm['dropped_unmapped_bytes']} unmapped bytes dropped")

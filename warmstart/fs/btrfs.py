@@ -55,6 +55,7 @@ _HEADER = struct.Struct("<32s16sQQ16sQQIB")
 _ITEM = struct.Struct("<QBQII")
 _KEY_PTR = struct.Struct("<QBQQQ")       # a node's struct btrfs_key_ptr: key, blockptr, generation
 INODE_ITEM_KEY = 1
+EXTENT_DATA_KEY = 108
 FS_TREE = 5
 FIRST_FREE_OBJECTID = 256
 
@@ -349,14 +350,23 @@ class Btrfs(FileSystem):
         rewrites the leaves of every file it read), so inode order is not disk order once the
         file system has been used. {} where it cannot say (not root, a profile not mapped here):
         the step then keeps inode order."""
+        return self._item_places(entries, INODE_ITEM_KEY)
+
+    def inline_data_places(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
+        """A small file's data (up to max_inline, 2 KiB by default) is an inline file extent item
+        in the subvolume's tree, beside its inode item: the leaf holding (ino, EXTENT_DATA, 0)."""
+        return self._item_places(entries, EXTENT_DATA_KEY)
+
+    def _item_places(self, entries: List[Tuple[bytes, os.stat_result]], item_type: int) -> Dict[Tuple[int, int], int]:
+        """(st_dev, ino) -> the leaf holding (ino, item_type, 0) in the tree of its subvolume."""
         by_dev: Dict[int, List[Tuple[bytes, int]]] = {}
         for path, st in entries:
             by_dev.setdefault(st.st_dev, []).append((path, st.st_ino))
         trees = {dev: _subvolume_of(items) for dev, items in by_dev.items()}
-        found = self.leaf_positions({t: [(i, INODE_ITEM_KEY, 0) for _, i in by_dev[dev]]
+        found = self.leaf_positions({t: [(i, item_type, 0) for _, i in by_dev[dev]]
                                      for dev, t in trees.items() if t})
-        return {(dev, ino): found[(t, (ino, INODE_ITEM_KEY, 0))] for dev, t in trees.items() if t
-                for _, ino in by_dev[dev] if (t, (ino, INODE_ITEM_KEY, 0)) in found}
+        return {(dev, ino): found[(t, (ino, item_type, 0))] for dev, t in trees.items() if t
+                for _, ino in by_dev[dev] if (t, (ino, item_type, 0)) in found}
 
     def leaf_positions(self, searches: Dict[int, List[Tuple[int, int, int]]]) -> Dict[Tuple[int, Tuple[int, int, int]], int]:
         """(tree id, key) -> the byte offset on data_device() of the leaf holding that key (see

@@ -75,6 +75,13 @@ class FileSystem:
         """Mapped extents of the open file, physical = bytes on data_device(). Raises OSError."""
         return mapped_extents_fd(fd)
 
+    def inline_data_places(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
+        """Files whose data the file system keeps in its metadata (FIEMAP's DATA_INLINE: no
+        extent to read): where on data_device() each (path, lstat)'s data is read from, by
+        (st_dev, ino). The metadata step's seek of such a file reads that block, its data with
+        it. {} where not known: such a file is then left out of the schedule, as before."""
+        return {}
+
     @staticmethod
     def parse_lookup(body: bytes) -> Optional[Tuple[int, int, bytes]]:
         """(dev_t, directory inode, name) of one lookup_event's text, or None."""
