@@ -3,9 +3,9 @@
 directories a launch looked names up in (`lookup_dirs`, the default), the places of the
 inodes that order the step (`metadata_positions`), or the files read whose data is inline in
 the metadata (`inline_files`: btrfs, their ranges in the pre-buffer; without, the files left
-out as before). Records the bench's git and python on a fresh
-emulated hdd7200 with the random-layout system image in FS, analyzes them, then alternates
-`warmstart run --mode reorder` launches (caches dropped before each) of the schedule as analyzed
+out as before). Records the bench's git and python (--apps) on a fresh emulated hdd7200 with the
+system image in FS (--layout random, the default, or packaged), analyzes them, then alternates
+launches in mode reorder (made cold as the bench makes them: runs.cold_run) of the schedule as analyzed
 and of a copy of it without that part; prints each and the medians (launch, metadata step,
 pre-buffer, the app after its release).
 
@@ -55,12 +55,14 @@ def main():
     ap.add_argument("--fs", default="xfs")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--apps", default="git,python")
+    ap.add_argument("--layout", default="random", choices=("packaged", "random"))
     ap.add_argument("--without", default="lookup_dirs", choices=("lookup_dirs", "metadata_positions", "inline_files"))
     a = ap.parse_args()
     apps = [catalogue()[n] for n in a.apps.split(",")]
     tmp = Path(tempfile.mkdtemp())
     with_dirs, without = tmp / "with.db", tmp / "without.db"
-    emu = EmuDisk.up(f"lookdirs-{a.fs}", profile="hdd7200", image="system-random", fs=a.fs, fresh=True,
+    image = "system" if a.layout == "packaged" else "system-random"
+    emu = EmuDisk.up(f"lookdirs-{a.fs}", profile="hdd7200", image=image, fs=a.fs, fresh=True,
                      progress=lambda m: print(m, file=sys.stderr))
     res = {}
     try:
@@ -88,8 +90,7 @@ def main():
         for _ in range(a.reps):
             for app in apps:
                 for label, db in (("with", with_dirs), ("without", without)):
-                    d = cold_run(emu, ws + ["--db", str(db)], emu.chroot_argv(app.argv), "--mode", "reorder",
-                                 "--name", app.name)
+                    d = cold_run(emu, db, emu.chroot_argv(app.argv), "reorder", app.name)
                     row = (d["launch_time_s"], d["replay_stats"]["t_meta_ns"] / 1e9, d["prebuffer_s"],
                            d["app_time_s"])
                     res.setdefault(f"{app.name} {label} {a.without}", []).append(row)
@@ -97,7 +98,7 @@ def main():
                           f"pre-buffer {row[2]:.3f}, app {row[3]:.3f}", flush=True)
     finally:
         emu.down()
-    print_medians(f"of {a.reps} ({a.fs}, hdd7200, random layout, reorder): launch / metadata step / pre-buffer / "
+    print_medians(f"of {a.reps} ({a.fs}, hdd7200, {a.layout} layout, reorder): launch / metadata step / pre-buffer / "
                   f"app after release", res)
 
 

@@ -2,7 +2,7 @@
 """Launches with the scheduled files' inodes held in memory, as warmstartd's inotify watch on each
 scheduled file holds them (docs/replayer.md, "The metadata step"): records the bench's python on
 a fresh emulated hdd7200 with the random-layout system image in FS, analyzes it, then alternates
-`warmstart run --mode segmented` launches (caches dropped before each) with no watch, a watch on
+segmented launches (made cold as the bench makes them: runs.cold_run) with no watch, a watch on
 every scheduled file, and a watch on the files the schedule reads data of only; prints each and
 the medians (launch, metadata step, pre-buffer, the app after its release).
 
@@ -73,7 +73,7 @@ def main():
                 for pin in PINS:
                     fd = watch({"none": [], "all": every, "data": data}[pin])
                     try:
-                        d = cold_run(emu, ws, argv, "--name", "py")
+                        d = cold_run(emu, db, argv, name="py")
                     finally:
                         os.close(fd)
                     r = d["replay_stats"]
