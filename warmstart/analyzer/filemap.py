@@ -138,7 +138,8 @@ class FileMap:
         self.fs_meta_reads: List[Tuple[int, int, int]] = []
         self.files: List[ScheduledFile] = []
         self.extents: Dict[ScheduledFile, List[Extent]] = {}
-        self.inline: List[ScheduledFile] = []     # read by the launch, data inline (no extent)
+        # read by the launch, data inline (no extent): (file, its file system, its stat)
+        self.inline: List[Tuple[ScheduledFile, object, os.stat_result]] = []
         # per device: sorted starts, and (start, end, file, logical_bytes, ino_key)
         self._idx: Dict[int, List[Tuple[int, int, ScheduledFile, int, Tuple[int, int]]]] = {}
         for rf in files:
@@ -177,7 +178,7 @@ class FileMap:
         self.report.files_used += 1
         if not exts and st.st_size and (self.added_pages is None or (rf.dev, rf.ino) in self.added_pages) \
                 and _inline(rf.path):
-            self.inline.append(sf)
+            self.inline.append((sf, fs, st))
             self.report.inline_files += 1
         recorded = [e for e in rf.extents if mappable(e)] if rf.extents is not None else exts
         moved = [(e.logical, e.physical, e.length) for e in recorded] != \
@@ -221,22 +222,14 @@ class FileMap:
         place its file system reads that data from (FileSystem.inline_data_places), on the whole
         disk like the mapped pieces; in (dev, sector) order. Files with no known place are left
         out."""
-        by_fs: Dict[object, List[ScheduledFile]] = {}
-        for sf in self.inline:
-            fs = self.fss.of_path(os.path.realpath(sf.path))
-            if fs is not None and fs.data_device() is not None:
-                by_fs.setdefault(fs, []).append(sf)
+        by_fs: Dict[object, List[Tuple[ScheduledFile, os.stat_result]]] = {}
+        for sf, fs, st in self.inline:
+            by_fs.setdefault(fs, []).append((sf, st))
         out: List[Range] = []
         for fs, files in by_fs.items():
-            entries = []
-            for sf in files:
-                try:
-                    entries.append((sf.path, os.lstat(sf.path)))
-                except OSError:
-                    continue
-            places = fs.inline_data_places(entries)
+            places = fs.inline_data_places([(sf.path, st) for sf, st in files])
             disk, start = disk_of(fs.data_device())
-            for sf in files:
+            for sf, _ in files:
                 at = places.get((sf.dev, sf.ino))
                 if at is not None:
                     out.append(Range(disk, start + at // 512, -(-sf.size // 512), sf.size, sf, 0))

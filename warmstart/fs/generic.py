@@ -77,7 +77,7 @@ class FileSystem:
 
     def inline_data_places(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
         """Files whose data the file system keeps in its metadata (FIEMAP's DATA_INLINE: no
-        extent to read): where on data_device() each (path, lstat)'s data is read from, by
+        extent to read): where on data_device() each (path, its stat)'s data is read from, by
         (st_dev, ino). The metadata step's seek of such a file reads that block, its data with
         it. {} where not known: such a file is then left out of the schedule, as before."""
         return {}
