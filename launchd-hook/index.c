@@ -123,6 +123,23 @@ uint32_t ws_entry_hold_ms(const struct ws_index *idx, const struct ws_index_entr
 	return ms < WS_HOLD_CAP_MS ? ms : WS_HOLD_CAP_MS;
 }
 
+enum ws_notify ws_notify_read(int fd)
+{
+	char buf[32];
+	ssize_t n;
+
+	do
+		n = read(fd, buf, sizeof(buf) - 1);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return WS_NOTIFY_GONE;
+	buf[n] = '\0';
+	/* each line is one write of 6 bytes (atomic on a pipe); both may come in one read */
+	if (strstr(buf, "ready"))
+		return WS_NOTIFY_READY;
+	return strncmp(buf, "start\n", 6) == 0 ? WS_NOTIFY_START : WS_NOTIFY_GONE;
+}
+
 const struct ws_index_entry *ws_index_find(const struct ws_index *idx, uint64_t dev, uint64_t ino)
 {
 	uint32_t lo = 0, hi = idx->hdr ? idx->hdr->n_entries : 0;

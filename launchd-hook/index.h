@@ -18,6 +18,10 @@
 
 #define WS_INDEX_MAX_BYTES (64u << 20)
 #define WS_LEARN_HOLD_MS 1000u /* an exec held while the learner sets up its recorder */
+/* A hold counts from its replayer's "start" (set up, about to read), not from the exec: a
+ * replayer slowed in its start by a busy CPU must not use up a short hold before its first read.
+ * Until "start", the exec waits at most this much longer than its hold (docs/hook.md). */
+#define WS_START_ALLOW_MS 200u
 
 struct ws_index {
 	void *map;
@@ -46,6 +50,11 @@ static inline const char *ws_index_str(const struct ws_index *idx, uint32_t off)
 /* How long an exec of this entry may be held: its hold_ms, within the index's max_hold_ms and
  * WS_HOLD_CAP_MS (one rule for the daemon and the shim). */
 uint32_t ws_entry_hold_ms(const struct ws_index *idx, const struct ws_index_entry *e);
+
+/* What a readable replayer notify fd says (docs/replayer.md): started (the hold counts from
+ * now), ready (the app may start), or gone (EOF or an error: the app starts anyway). */
+enum ws_notify { WS_NOTIFY_START, WS_NOTIFY_READY, WS_NOTIFY_GONE };
+enum ws_notify ws_notify_read(int fd);
 
 /* First entry with this (dev, ino), or NULL: the daemon's per-exec fast path. */
 const struct ws_index_entry *ws_index_find(const struct ws_index *idx, uint64_t dev, uint64_t ino);

@@ -178,17 +178,26 @@ static int start_replayer(const char *replayer, const char *schedule)
 	return p[0];
 }
 
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* Wait hold_ms from the replayer's "start", at most hold_ms + WS_START_ALLOW_MS from now (the
+ * daemon's rule, worker.c). */
 static void wait_ready(int fd, unsigned hold_ms)
 {
-	struct timespec t0, t;
+	struct timespec t0;
+	long until = (long)hold_ms + WS_START_ALLOW_MS; /* ms since t0 */
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		struct pollfd p = {fd, POLLIN, 0};
-		long left;
+		long left = until - ms_since(&t0);
 
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		left = (long)hold_ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
 		if (left <= 0)
 			return;
 		if (poll(&p, 1, (int)left) < 0) {
@@ -196,8 +205,12 @@ static void wait_ready(int fd, unsigned hold_ms)
 				continue;
 			return;
 		}
-		if (p.revents)
-			return; /* "ready\n" or EOF (replayer gone): start either way */
+		if (!p.revents)
+			continue;
+		if (ws_notify_read(fd) != WS_NOTIFY_START)
+			return; /* "ready", or EOF (replayer gone): start either way */
+		if (ms_since(&t0) + (long)hold_ms < until)
+			until = ms_since(&t0) + (long)hold_ms;
 	}
 }
 

@@ -1,6 +1,7 @@
 /* warmstartd's worker: answers FAN_OPEN_EXEC_PERM events. Unrelated executables are allowed
  * after one fstat and a binary search of the in-memory index; a recorded app's exec is held
- * until its replayer reports the pre-buffer fetched, or its deadline (<= 1 s), or any error. */
+ * until its replayer reports the pre-buffer fetched, or its deadline (the entry's hold from the
+ * replayer's start, docs/hook.md), or any error. */
 #include "daemon.h"
 #include "index.h"
 #include "procinfo.h"
@@ -37,6 +38,8 @@ struct hold {
 	pid_t replayer;
 	pid_t app;
 	uint64_t start_ns, deadline_ns;
+	uint64_t hold_ns;     /* the entry's hold, counted from the replayer's "start" */
+	uint64_t started_ns;  /* when the replayer said "start" (0: not yet) */
 	uint64_t schedule_id; /* not an entry index: the index may be reloaded during a hold */
 	int learn;            /* held for the learner (notify_fd is its socket), not a replayer */
 	char stats[200];      /* the replayer's stats file ("" without --launch-dir) */
@@ -258,6 +261,10 @@ static int free_hold(struct worker *w)
 static void release(struct worker *w, struct hold *h, const char *outcome)
 {
 	uint64_t now = ws_now_ns();
+	char started[32] = "null";   /* a replayer that never said "start" */
+
+	if (h->started_ns)
+		snprintf(started, sizeof(started), "%.3f", (h->started_ns - h->start_ns) / 1e6);
 
 	/* the record first, then the answer: once allowed, the app may exit (and whoever waits for
 	 * it read the events file) before this worker runs again on a busy machine */
@@ -267,9 +274,9 @@ static void release(struct worker *w, struct hold *h, const char *outcome)
 	else
 		emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, \"replayer_pid\": %d, "
 			      "\"held_ms\": %.3f, \"outcome\": \"%s\", \"t_exec\": %.6f, \"stats\": \"%s\", "
-			      "\"uid\": %u",
+			      "\"uid\": %u, \"started_ms\": %s",
 			   (unsigned long long)h->schedule_id, (int)h->app, (int)h->replayer,
-			   (now - h->start_ns) / 1e6, outcome, h->start_ns / 1e9, h->stats, (unsigned)h->uid);
+			   (now - h->start_ns) / 1e6, outcome, h->start_ns / 1e9, h->stats, (unsigned)h->uid, started);
 	respond(w, h->event_fd, FAN_ALLOW);
 	close(h->notify_fd);
 	h->event_fd = -1;
@@ -363,7 +370,8 @@ static int try_learn(struct worker *w, const struct fanotify_event_metadata *m, 
 		close(sock);
 		return 0;
 	}
-	w->holds[slot] = (struct hold){m->fd, sock, 0, m->pid, t0, t0 + WS_LEARN_HOLD_MS * 1000000ull, 0, 1, "", 0};
+	w->holds[slot] = (struct hold){.event_fd = m->fd, .notify_fd = sock, .app = m->pid, .start_ns = t0,
+				       .deadline_ns = t0 + WS_LEARN_HOLD_MS * 1000000ull, .learn = 1};
 	w->hb->held++;
 	w->n_learn++;
 	return 1;
@@ -440,8 +448,10 @@ static void hold_for_replayer(struct worker *w, const struct fanotify_event_meta
 	}
 	note_launch(w, m->pid, starttime, e->schedule_id);
 	hold_ms = ws_entry_hold_ms(&w->idx, e);
-	w->holds[slot] = (struct hold){m->fd, nfd, rp, m->pid, t0, t0 + hold_ms * 1000000ull,
-				       e->schedule_id, 0, "", uid};
+	w->holds[slot] = (struct hold){.event_fd = m->fd, .notify_fd = nfd, .replayer = rp,
+				       .app = m->pid, .start_ns = t0, .hold_ns = hold_ms * 1000000ull,
+				       .deadline_ns = t0 + (hold_ms + WS_START_ALLOW_MS) * 1000000ull,
+				       .schedule_id = e->schedule_id, .uid = uid};
 	memcpy(w->holds[slot].stats, stats, sizeof(stats));
 	w->hb->held++;
 }
@@ -624,6 +634,30 @@ static int poll_set(struct worker *w, uint64_t now, struct pollfd *pfd, int *hol
 	return nfds;
 }
 
+/* A held exec's notify fd is readable. The learner's byte: its recorder is set up. A replayer's
+ * "start": the hold counts from now (never past the deadline its start-up allowance set); its
+ * "ready": the pre-buffer is in; EOF or an error: it is gone. Allow but on "start". */
+static void notified(struct worker *w, struct hold *h)
+{
+	enum ws_notify said;
+	uint64_t now;
+	char c;
+
+	if (h->learn) {
+		release(w, h, read(h->notify_fd, &c, 1) == 1 ? "ready" : "replayer-exited");
+		return;
+	}
+	said = ws_notify_read(h->notify_fd);
+	now = ws_now_ns();
+	if (said == WS_NOTIFY_START) {
+		h->started_ns = now;
+		if (now + h->hold_ns < h->deadline_ns)
+			h->deadline_ns = now + h->hold_ns;
+		return;
+	}
+	release(w, h, said == WS_NOTIFY_READY ? "ready" : "replayer-exited");
+}
+
 /* SIGCHLD: reap replayers; SIGHUP: reload the index; SIGUSR1: write the stats. Returns 0 after
  * SIGTERM or SIGINT (stop), else 1. */
 static int handle_signals(struct worker *w)
@@ -676,12 +710,8 @@ int ws_worker_run(const struct ws_options *opt, struct ws_heartbeat *hb)
 			break;
 		}
 		for (int i = 3; i < nfds; i++) {
-			char c;
-
-			if (!pfd[i].revents)
-				continue;
-			/* a byte: pre-buffer in; EOF or error: the replayer is gone. Allow either way. */
-			release(&w, &w.holds[hold_of[i]], read(pfd[i].fd, &c, 1) == 1 ? "ready" : "replayer-exited");
+			if (pfd[i].revents)
+				notified(&w, &w.holds[hold_of[i]]);
 		}
 		if (pfd[0].revents)
 			handle_fanotify(&w);

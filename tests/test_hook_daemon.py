@@ -2,7 +2,8 @@
 
 The daemon marks a private tmpfs mount (only its execs are held), except the latency test, which
 must mark / to measure /bin/true. The replayer here is a small shell script that says "ready" on
-the notify fd after a delay read from its schedule argument: the hold logic is what is under
+the notify fd after a delay read from its schedule argument ("DELAY START": "start" after START
+seconds first, then "ready" DELAY later): the hold logic is what is under
 test, and a controllable delay is what the fault tests need (the real replayer is exercised in
 test_hook_e2e.py).
 """
@@ -25,7 +26,8 @@ from warmstart.hook.index import Index, IndexEntry, read_index, write_index
 BUILD = REPO / "build"
 REPLAYER_SCRIPT = """#!/bin/sh
 for a; do last=$a; done
-delay=$(cat "$last")
+read -r delay start <"$last"
+if [ -n "$start" ]; then sleep "$start"; echo start >&3; fi
 if [ "$delay" = never ]; then exec sleep 30; fi
 sleep "$delay"
 echo ready >&3
@@ -167,6 +169,32 @@ def test_deadline_releases_a_silent_replayer(live):
     elapsed, rc = timed_run([app])
     assert rc == 0 and 0.19 <= elapsed < 0.9, elapsed
     assert live.records("launch")[0]["outcome"] == "deadline"
+
+
+def test_the_hold_counts_from_the_replayers_start(live):
+    """A replayer slow to start (a busy CPU) does not use up a short hold before its first read:
+    the 150 ms hold counts from its "start" at 0.2 s, and its "ready" 50 ms later releases the
+    exec (docs/hook.md, "Hold policy")."""
+    app = live.app()
+    live.write(live.entry(app, delay="0.05 0.2", hold_ms=150))
+    live.start()
+    elapsed, rc = timed_run([app])
+    assert rc == 0 and 0.24 <= elapsed < 0.95, elapsed
+    [rec] = live.records("launch")
+    assert rec["outcome"] == "ready" and 190 <= rec["started_ms"] < 350, rec
+
+
+def test_a_started_replayer_that_never_says_ready_is_released_at_its_hold(live):
+    app = live.app()
+    """Its hold, counted from its "start" at 20 ms, ends at 420 ms; not at the 600 ms that the
+    start-up allowance gives a replayer that has not started."""
+    app = live.app()
+    live.write(live.entry(app, delay="never 0.02", hold_ms=400))
+    live.start()
+    elapsed, rc = timed_run([app])
+    assert rc == 0 and 0.40 <= elapsed < 0.56, elapsed
+    [rec] = live.records("launch")
+    assert rec["outcome"] == "deadline" and rec["started_ms"] is not None, rec
 
 
 def test_a_hold_longer_than_a_second_is_honoured(live):

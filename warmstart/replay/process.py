@@ -1,5 +1,6 @@
 """Start build/warmstart-replay and speak its protocol (see docs/replayer.md):
-  notify fd  -> "ready\\n" when the app may start; EOF without it = start unprefetched
+  notify fd  -> "start\\n" before its first read, "ready\\n" when the app may start; EOF without
+                "ready" = start unprefetched
   stats fd   -> one JSON object at exit
 """
 
@@ -66,12 +67,12 @@ class ReplayProcess:
             if not chunk:
                 break
             buf += chunk
-            if b"\n" in buf:
+            if b"ready\n" in buf:   # after "start\n" (set up, about to read)
                 break
         self.ready_ns = time.monotonic_ns()
         os.close(self._notify)
         self._notify = None
-        return buf.startswith(b"ready")
+        return b"ready\n" in buf
 
     def finish(self, timeout: float = 120.0) -> dict:
         """Wait for the replayer to end (killing it after `timeout`); return its stats JSON
