@@ -67,16 +67,23 @@ def test_bench_relocate_one_rep(tmp_path):
             assert sid == every["schedules"][name.split("-")[0]]["id"] or mode == "segmented-one-relocated"
             assert d["replay"]["bytes_fetched"] > 0, (name, mode)
     # The schedules after still fetch into the files' page cache (not raw reads of the blocks'
-    # old, freed places, as the analyzer's re-run on pre-move LBAs produced).
-    file_bytes = lambda sid: conn.execute("SELECT COALESCE(SUM(length), 0) FROM schedule_ranges"  # noqa: E731
-                                          " WHERE schedule_id = ? AND file_no IS NOT NULL", (sid,)).fetchone()[0]
-    # Every file byte the launch needed is still fetched: the schedule before, less the gap bytes
-    # it read through (the re-analysis on the new layout merges other gaps).
-    waste = lambda sid: conn.execute("SELECT waste_bytes FROM schedules WHERE id = ?", (sid,)).fetchone()[0]  # noqa: E731
+    # old, freed places, as the analyzer's re-run on pre-move LBAs produced), and every page the
+    # recorded launch brought in that the schedule before fetched (the gap pages each merge read
+    # through are no launch's, and the re-analysis on the new layout merges other gaps).
     for app in ("synth", "ls"):
-        sid = doc["apps"][app]["schedules"]["ours"]
-        needed = file_bytes(sid) - waste(sid)
-        assert needed > 0 and file_bytes(every["schedules"][app]["id"]) >= needed, app
+        before = _pages(conn, "SELECT f.path, r.file_offset, r.length FROM schedule_ranges r"
+                              " JOIN schedule_files f ON f.schedule_id = r.schedule_id AND f.file_no = r.file_no"
+                              " WHERE r.schedule_id = ?", doc["apps"][app]["schedules"]["ours"])
+        after = _pages(conn, "SELECT f.path, r.file_offset, r.length FROM schedule_ranges r"
+                             " JOIN schedule_files f ON f.schedule_id = r.schedule_id AND f.file_no = r.file_no"
+                             " WHERE r.schedule_id = ?", every["schedules"][app]["id"])
+        launch = _pages(conn, "SELECT f.path, a.first_index * 4096, a.nr_pages * 4096 FROM page_cache_adds a"
+                              " JOIN recording_files f ON f.recording_id = a.recording_id AND f.dev = a.dev"
+                              " AND f.ino = a.ino JOIN recordings r ON r.id = a.recording_id"
+                              " JOIN apps p ON p.id = r.app_id WHERE p.name = ? AND f.path IS NOT NULL",
+                        f"{app}-hdd7200")
+        needed = before & launch
+        assert len(needed) > 10 and needed <= after, (app, len(needed), sorted(needed - after)[:5])
 
     res = rel["results"]
     for app in ("synth", "ls"):
@@ -88,3 +95,9 @@ def test_bench_relocate_one_rep(tmp_path):
     assert len(res["targets"]) == 5 and all(t["measured"] is not None for t in res["targets"])
     text = md.read_text()
     assert "### Relocation (issue 9)" in text and markdown.section(doc, doc["command"]) in text
+
+
+def _pages(conn, sql, arg):
+    """{(path, page index)} of the (path, byte offset, length) rows of sql."""
+    return {(bytes(path), page) for path, off, length in conn.execute(sql, (arg,))
+            for page in range(off // 4096, (off + length + 4095) // 4096)}

@@ -284,12 +284,19 @@ def _wait_instances(pid, present=True, timeout=10):
 def _child_of(pid, timeout=10):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        kids = [int(c) for t in os.listdir(f"/proc/{pid}/task")
-                for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        kids = [int(c) for t in os.listdir(f"/proc/{pid}/task") for c in _task_children(pid, t)]
         if kids:
             return kids[0]
         time.sleep(0.02)
     raise AssertionError(f"{pid} started no command")
+
+
+def _task_children(pid, tid):
+    try:
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            return f.read().split()
+    except FileNotFoundError:   # a thread that ended since the listing
+        return []
 
 
 def _alive(pid):
