@@ -22,6 +22,44 @@ from warmstart.report import markdown
 EXIT_SEEN_LATE_S = 0.02   # how much later than the bench's wait the replayer may see an exit
 
 
+def test_an_emulated_disks_profile_is_measured_once_per_model(tmp_path, monkeypatch):
+    """bench profiles the first disk of a model and stores that profile for every later disk of
+    the same model (EmuDisk.model_key), on whatever loop device; --reprofile, another model or an
+    unreadable kept profile measure again."""
+    from types import SimpleNamespace
+    from warmstart.bench import matrix
+    from warmstart.db.profiles import latest_profile
+    from warmstart.model import DiskProfile
+    measured, said = [], []
+
+    def measure(dev):
+        measured.append(dev)
+        return DiskProfile(seek_curve=[(0.0, 0.002), (1e9, 0.012)], rate_curve=[(0.0, 1.2e8)], overhead_s=1e-4,
+                           stream_bytes=65536.0, c_switch_s=0.009 + len(measured) / 1000, r_tr_Bps=1.2e8,
+                           size_bytes=1 << 30, device=dev), 7.0
+    monkeypatch.setattr(matrix, "measure", measure)
+    monkeypatch.setattr(matrix, "PROFILE_CACHE", tmp_path / "profiles")
+    conn = open_db(tmp_path / "w.db")
+
+    def dut(loop, key, fs_dev):
+        emu = SimpleNamespace(loop_dev=loop, model_key=lambda: key)
+        return SimpleNamespace(emu=emu, kind="hdd7200", fs_dev=fs_dev)
+
+    first = matrix.ensure_profile(conn, dut("/dev/loop3", "k1", 1795), said.append)
+    assert measured == ["/dev/loop3"] and first["cached"] is None
+    again = matrix.ensure_profile(conn, dut("/dev/loop5", "k1", 1797), said.append)
+    assert measured == ["/dev/loop3"] and again["cached"] == str(tmp_path / "profiles" / "k1.json")
+    assert again["measured_at"] == first["measured_at"] and "--reprofile" in said[-1]
+    _, kept = latest_profile(conn, 1797)
+    assert kept.device == "/dev/loop5" and kept.c_switch_s == latest_profile(conn, 1795)[1].c_switch_s
+    matrix.ensure_profile(conn, dut("/dev/loop5", "k1", 1797), said.append, reprofile=True)
+    matrix.ensure_profile(conn, dut("/dev/loop5", "k2", 1797), said.append)
+    assert measured == ["/dev/loop3", "/dev/loop5", "/dev/loop5"]
+    (tmp_path / "profiles" / "k2.json").write_text("{")
+    assert matrix.ensure_profile(conn, dut("/dev/loop6", "k2", 1798), said.append)["cached"] is None
+    assert len(measured) == 4 and "unreadable" in said[-2]
+
+
 def test_catalogue_and_app_parsing():
     cat = apps.catalogue()
     assert set(cat) == {"python", "gcc", "node", "synth", "perl", "git", "vim", "pycompile", "perlpod"}

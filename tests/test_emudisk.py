@@ -193,6 +193,23 @@ def test_up_down_idempotent_and_crash_recovery():
     assert _no_traces(name)
 
 
+def test_a_disks_model_key_names_what_its_timing_depends_on(emu_hdd):
+    """bench keeps one measured profile per key (bench.matrix.ensure_profile): a disk of the same
+    model and size shares it on another loop device with another file system; another model
+    parameter or size does not."""
+    from warmstart.emudisk import EmuDisk
+    names = [f"pytest-key{i}-{os.getpid()}" for i in range(3)]
+    try:
+        twin = EmuDisk.up(name=names[0], profile="hdd7200", size_mb=512, fs="xfs", fresh=True)
+        slower = EmuDisk.up(name=names[1], profile="hdd7200", size_mb=512, hddsim_args=["--rpm", "5400"], fresh=True)
+        smaller = EmuDisk.up(name=names[2], profile="hdd7200", size_mb=256, fresh=True)
+        assert twin.loop_dev != emu_hdd.loop_dev and twin.model_key() == emu_hdd.model_key()
+        assert len({emu_hdd.model_key(), slower.model_key(), smaller.model_key()}) == 3
+    finally:
+        for name in names:
+            EmuDisk.down_by_name(name)
+
+
 def test_ssd_profile():
     require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
     from warmstart.emudisk import EmuDisk

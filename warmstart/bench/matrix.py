@@ -36,6 +36,7 @@ from ..db.schedules import activate_schedule, list_schedules
 from ..errors import WarmstartError
 from ..hook import manage as hook_manage
 from ..launching import parse_until
+from ..model import DiskProfile
 from ..paths import helper_binary
 from ..recorder.coldcache import drop_caches
 from ..recorder.recorder import RecordOptions, record_once
@@ -77,6 +78,7 @@ class BenchConfig:
     layout: str = "packaged"       # the emulated disk's system image: emudisk.system_image.LAYOUTS
     fs: str = "ext4"               # the emulated disk's file system: emudisk.image.FILE_SYSTEMS
     overlay: bool = False          # also launch every app from an overlayfs over it (APP@overlay)
+    reprofile: bool = False        # measure an emulated disk's profile even if its model has one
 
     @property
     def label(self) -> str:
@@ -144,27 +146,57 @@ class DiskUnderTest:
         return self.wrap(app.argv)
 
 
-def ensure_profile(conn, dut, say) -> None:
+# Profiles of emulated disk models, by EmuDisk.model_key(): one model times alike in every run.
+PROFILE_CACHE = Path(os.environ.get("WARMSTART_PROFILE_CACHE", "/var/cache/warmstart/profiles"))
+
+
+def ensure_profile(conn, dut, say, reprofile: bool = False) -> Optional[dict]:
     """A device profile, as an installation has after `warmstart profile-disk`: analyze then uses
     it (hybrid probes, competitive gap merging). An emulated disk is new in every run (and its
-    loop device may have held another disk model before): profile it now, ~7 s on hdd7200. The
-    machine's own disk: if its node refuses O_DIRECT (this VM's /dev/vda does, even for root),
-    analyze cannot probe it; profile it once through a file on it, so analyze uses the model."""
+    loop device may have held another disk model before), its model is not: the profile measured
+    on the first disk of a model (~7 s on hdd7200) is kept in PROFILE_CACHE and stored for every
+    later disk of that model, unless reprofile. The machine's own disk: if its node refuses
+    O_DIRECT (this VM's /dev/vda does, even for root), analyze cannot probe it; profile it once
+    through a file on it, so analyze uses the model. Returns where an emulated disk's profile
+    came from (the bench's JSON says it), else None."""
     if dut.emu is not None:
+        cached = PROFILE_CACHE / f"{dut.emu.model_key()}.json"
+        if cached.exists() and not reprofile:
+            try:
+                kept = json.loads(cached.read_text())
+                prof = DiskProfile.from_json(json.dumps(kept["profile"]))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                say(f"ignoring the unreadable profile {cached} ({type(e).__name__}): measuring again")
+            else:
+                prof.device = dut.emu.loop_dev
+                say(f"the emulated {dut.kind} disk's profile: measured {_when(kept['measured_at'])} on a disk "
+                    f"of this model ({cached}; --reprofile measures it again)")
+                save_profile(conn, dut.emu.loop_dev, dut.fs_dev, prof, 0.0)
+                return {"measured_at": kept["measured_at"], "cached": str(cached)}
         say(f"profiling the emulated {dut.kind} disk ({dut.emu.loop_dev})")
         prof, took = measure(dut.emu.loop_dev)
         save_profile(conn, dut.emu.loop_dev, dut.fs_dev, prof, took)
-        return
+        now = time.time()
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"measured_at": now, "took_s": took, "profile": json.loads(prof.to_json())}))
+        os.replace(tmp, cached)
+        return {"measured_at": now, "cached": None}
     try:
         check_direct(device_path(dut.fs_dev))
-        return
+        return None
     except WarmstartError as e:
         reason = str(e).split(":")[0]
     if latest_profile(conn, dut.fs_dev):
-        return
+        return None
     say(f"{reason}: profiling the disk through a 1 GiB file in {dut.files_dir} instead")
     prof, took = measure_through_file(str(dut.files_dir))
     save_profile(conn, str(dut.files_dir), dut.fs_dev, prof, took)
+    return None
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
 
 def make_cold(dut) -> None:
@@ -336,7 +368,7 @@ def run_bench(conn, db_path, cfg: BenchConfig, say: Callable[[str], None] = prin
     until = parse_until("exit")
     with DiskUnderTest(cfg.disk, say, cfg.layout, cfg.fs) as dut:
         doc["fs"] = dut.fstype()   # as mounted, the real disk's too
-        ensure_profile(conn, dut, say)
+        doc["disk_profile"] = ensure_profile(conn, dut, say, cfg.reprofile)
         apps = _install_apps(cfg, dut)
         if cfg.unknown:
             from . import unknown

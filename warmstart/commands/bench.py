@@ -56,10 +56,13 @@ def _split(value):
 @click.option("--unknown", is_flag=True,
               help="Instead of the matrix: launch every app as never seen (no recording or schedule), "
                    "cold and with the fallback mechanisms spec, online, both (issue 7; docs/speculation.md).")
+@click.option("--reprofile", is_flag=True,
+              help="Measure the emulated disk's profile even if an earlier run kept one of its model "
+                   "(in /var/cache/warmstart/profiles).")
 @json_option
 @click.pass_obj
 def bench(ctx, disk, layout, fs, overlay, hook_launches, app_names, extra_apps, reps, modes, timeout, no_timeline, markdown, relocate,
-          relocate_one, unknown, as_json):
+          relocate_one, unknown, reprofile, as_json):
     """Measure cold, interleave, reorder, segmented (paper and ours) and warm launches.
 
     Brings up the disk, records and analyzes each app once, then runs every mode REPS times,
@@ -85,7 +88,7 @@ def bench(ctx, disk, layout, fs, overlay, hook_launches, app_names, extra_apps, 
     cfg = BenchConfig(disk=disk, apps=appcat.select(_split(app_names), extra_apps), reps=reps,
                       modes=_split(modes), timeout=timeout, timeline=not no_timeline, markdown=None,
                       relocate=relocate, relocate_one=relocate_one, unknown=unknown, layout=layout,
-                      hook_launches=hook_launches, fs=fs, overlay=overlay)
+                      hook_launches=hook_launches, fs=fs, overlay=overlay, reprofile=reprofile)
     conn = ctx.db
     n_apps = len(cfg.apps) * (2 if overlay else 1)
     steps = n_apps * (1 + reps * (4 if unknown else len([m for m in cfg.modes if m != "hook"])))

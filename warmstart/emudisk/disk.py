@@ -42,6 +42,16 @@ class EmuDisk:
         self.backing = Path(state["backing"])
         self.fuse_dir = Path(state["fuse_dir"]) if state.get("fuse_dir") else None
 
+    def model_key(self) -> str:
+        """What this disk's timing depends on: its model and parameters, its size and the hddsim
+        build (the model times a request by its offset, not by what the image holds there). Disks
+        with one key time alike, whatever loop device and file system they have."""
+        import hashlib
+        src = {k: self._state.get(k) for k in ("profile", "stroke_bytes", "hddsim_args")}
+        src.update(image_bytes=self.backing.stat().st_size,
+                   hddsim=hashlib.sha256(hddsim.binary().read_bytes()).hexdigest())
+        return hashlib.sha256(json.dumps(src, sort_keys=True).encode()).hexdigest()[:16]
+
     def __repr__(self):
         return f"EmuDisk({self.name!r}, profile={self.profile!r}, {self.loop_dev} on {self.mountpoint})"
 

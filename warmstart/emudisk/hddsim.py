@@ -17,10 +17,14 @@ from . import sysops
 STAT_KEYS = ("requests", "reads", "writes", "seeks", "bytes_read", "bytes_written", "busy_ns")
 
 
+def binary() -> Path:
+    return Path(helper_binary("hddsim"))
+
+
 def start(fuse_dir: Path, image: Path, model: str, stroke_bytes: Optional[int],
           extra_args: List[str], log: Path) -> int:
     """Start hddsim in its own session (it outlives this process); returns its pid once mounted."""
-    argv = [str(helper_binary("hddsim")), "--profile", model, "--image", str(image)]
+    argv = [str(binary()), "--profile", model, "--image", str(image)]
     if stroke_bytes:
         argv += ["--stroke-bytes", str(stroke_bytes)]
     argv += list(extra_args) + [str(fuse_dir)]

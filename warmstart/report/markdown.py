@@ -71,6 +71,11 @@ def _fs_line(doc: dict) -> str:
     if doc.get("overlay"):
         line += (f"; APP@overlay runs from an overlayfs whose lower layer is that {fs} (upper and work "
                  "dirs on tmpfs), compared with the same launch from the lower file system")
+    prof = doc.get("disk_profile")
+    if prof:   # an emulated disk's (older runs' documents say nothing: measured in the run)
+        line += ("; disk profile measured in this run" if not prof["cached"] else
+                 "; disk profile measured " + time.strftime("%Y-%m-%d %H:%M", time.localtime(prof["measured_at"]))
+                 + " on a disk of the same model (`--reprofile` measures it again)")
     return line
 
 
