@@ -210,6 +210,38 @@ def test_a_disks_model_key_names_what_its_timing_depends_on(emu_hdd):
             EmuDisk.down_by_name(name)
 
 
+def test_images_are_copied_from_tmpfs_copies_kept_within_a_budget(tmp_path, monkeypatch):
+    """A disk's image is copied from a copy of the cached image in tmpfs (which drop_caches does
+    not empty), made once, kept sparse, made again when the cached image is rebuilt; beyond the
+    budget the least recently used copies go."""
+    from warmstart.emudisk import image
+    monkeypatch.setenv("WARMSTART_EMU_TMPFS", str(tmp_path / "shm"))
+    monkeypatch.setattr(image, "staged_budget", lambda: (5 << 20) // 2)   # two 1 MiB copies
+    cached = []
+    for i in range(3):
+        cached.append(tmp_path / f"system-{i}.img")
+        with open(cached[-1], "wb") as f:
+            f.truncate(64 << 20)
+            f.seek(i << 20)
+            f.write(os.urandom(1 << 20))
+    stage = tmp_path / "shm" / "images"
+    image.copy_image(cached[0], tmp_path / "a.img")
+    assert (tmp_path / "a.img").read_bytes() == cached[0].read_bytes()
+    first = (stage / "system-0.img").stat()
+    assert first.st_blocks * 512 < 2 << 20   # sparse
+    image.copy_image(cached[0], tmp_path / "b.img")
+    assert (stage / "system-0.img").stat().st_ino == first.st_ino   # copied once
+    image.copy_image(cached[1], tmp_path / "c.img")
+    image.copy_image(cached[0], tmp_path / "d.img")                 # 0 used after 1
+    image.copy_image(cached[2], tmp_path / "e.img")
+    assert sorted(p.name for p in stage.iterdir()) == ["system-0.img", "system-2.img"]
+    with open(cached[0], "r+b") as f:                                # rebuilt
+        f.write(b"new")
+    os.utime(cached[0], ns=(time.time_ns() + 10**9,) * 2)
+    image.copy_image(cached[0], tmp_path / "f.img")
+    assert (tmp_path / "f.img").read_bytes()[:3] == b"new" and (tmp_path / "f.img").stat().st_size == 64 << 20
+
+
 def test_ssd_profile():
     require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
     from warmstart.emudisk import EmuDisk

@@ -41,11 +41,52 @@ def mount(fs: str, dev: str, target: Path) -> None:
 
 
 def copy_image(src: Path, dst: Path) -> None:
-    """Copy a cached image keeping it sparse (tmpfs holds only the used blocks)."""
+    """Copy a cached image keeping it sparse (tmpfs holds only the used blocks), from its copy
+    in tmpfs (staged()): a disk comes up after caches were dropped, and reading the image back
+    from the host's disk took 3-4 s of each bring-up (0.4-0.8 s from tmpfs)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".part")
-    run(["cp", "--sparse=always", str(src), str(tmp)], fix=f"check free space on {dst.parent}")
+    run(["cp", "--sparse=always", str(staged(src)), str(tmp)], fix=f"check free space on {dst.parent}")
     os.replace(tmp, dst)
+
+
+def staged_budget() -> int:
+    """Bytes of tmpfs the staged images may hold: 4 GiB, at most a quarter of the RAM."""
+    with open("/proc/meminfo") as f:
+        total_kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+    return min(4 << 30, total_kb * 1024 // 4)
+
+
+def staged(src: Path) -> Path:
+    """The tmpfs copy of the cached image src (made now if missing or older than src), which
+    drop_caches leaves in memory. The least recently used copies beyond staged_budget() are
+    removed (a disk copying from one keeps its open file)."""
+    stage = tmpfs_dir() / "images"
+    path = stage / src.name
+    st = src.stat()
+    try:
+        have = path.stat()
+        fresh = have.st_size == st.st_size and have.st_mtime_ns >= st.st_mtime_ns
+    except FileNotFoundError:
+        fresh = False
+    if not fresh:
+        stage.mkdir(parents=True, exist_ok=True)
+        tmp = stage / f".{src.name}.{os.getpid()}"
+        run(["cp", "--sparse=always", str(src), str(tmp)], fix=f"check free space on {stage}")
+        os.replace(tmp, path)
+    os.utime(path)   # its last use: the eviction order
+    copies = []
+    for other in stage.glob("*.img"):
+        try:
+            copies.append((other.stat(), other))
+        except FileNotFoundError:   # another bring-up removed it
+            pass
+    kept, budget = 0, staged_budget()
+    for st_other, other in sorted(copies, key=lambda c: c[0].st_mtime_ns, reverse=True):
+        kept += st_other.st_blocks * 512
+        if other != path and kept > budget:
+            remove(other)
+    return path
 
 
 def remove(path: Path) -> None:
