@@ -70,13 +70,11 @@ def test_bench_relocate_one_rep(tmp_path):
     # old, freed places, as the analyzer's re-run on pre-move LBAs produced), and every page the
     # recorded launch brought in that the schedule before fetched (the gap pages each merge read
     # through are no launch's, and the re-analysis on the new layout merges other gaps).
+    file_ranges = ("SELECT f.path, r.file_offset, r.length FROM schedule_ranges r JOIN schedule_files f"
+                   " ON f.schedule_id = r.schedule_id AND f.file_no = r.file_no WHERE r.schedule_id = ?")
     for app in ("synth", "ls"):
-        before = _pages(conn, "SELECT f.path, r.file_offset, r.length FROM schedule_ranges r"
-                              " JOIN schedule_files f ON f.schedule_id = r.schedule_id AND f.file_no = r.file_no"
-                              " WHERE r.schedule_id = ?", doc["apps"][app]["schedules"]["ours"])
-        after = _pages(conn, "SELECT f.path, r.file_offset, r.length FROM schedule_ranges r"
-                             " JOIN schedule_files f ON f.schedule_id = r.schedule_id AND f.file_no = r.file_no"
-                             " WHERE r.schedule_id = ?", every["schedules"][app]["id"])
+        before = _pages(conn, file_ranges, doc["apps"][app]["schedules"]["ours"])
+        after = _pages(conn, file_ranges, every["schedules"][app]["id"])
         launch = _pages(conn, "SELECT f.path, a.first_index * 4096, a.nr_pages * 4096 FROM page_cache_adds a"
                               " JOIN recording_files f ON f.recording_id = a.recording_id AND f.dev = a.dev"
                               " AND f.ino = a.ino JOIN recordings r ON r.id = a.recording_id"

@@ -165,14 +165,15 @@ def ensure_profile(conn, dut, say, reprofile: bool = False) -> Optional[dict]:
             try:
                 kept = json.loads(cached.read_text())
                 prof = DiskProfile.from_json(json.dumps(kept["profile"]))
+                when = float(kept["measured_at"])
             except (OSError, ValueError, KeyError, TypeError) as e:
                 say(f"ignoring the unreadable profile {cached} ({type(e).__name__}): measuring again")
             else:
                 prof.device = dut.emu.loop_dev
-                say(f"the emulated {dut.kind} disk's profile: measured {_when(kept['measured_at'])} on a disk "
+                say(f"the emulated {dut.kind} disk's profile: measured {_when(when)} on a disk "
                     f"of this model ({cached}; --reprofile measures it again)")
                 save_profile(conn, dut.emu.loop_dev, dut.fs_dev, prof, 0.0)
-                return {"measured_at": kept["measured_at"], "cached": str(cached)}
+                return {"measured_at": when, "cached": str(cached)}
         say(f"profiling the emulated {dut.kind} disk ({dut.emu.loop_dev})")
         prof, took = measure(dut.emu.loop_dev)
         save_profile(conn, dut.emu.loop_dev, dut.fs_dev, prof, took)
