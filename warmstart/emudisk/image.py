@@ -2,6 +2,7 @@
 aged system image."""
 
 import os
+import time
 from pathlib import Path
 
 from .sysops import run
@@ -74,7 +75,8 @@ def staged(src: Path) -> Path:
         tmp = stage / f".{src.name}.{os.getpid()}"
         run(["cp", "--sparse=always", str(src), str(tmp)], fix=f"check free space on {stage}")
         os.replace(tmp, path)
-    os.utime(path)   # its last use: the eviction order
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))   # its last use: the eviction order (the clock's ns, not a file system tick)
     copies = []
     for other in stage.glob("*.img"):
         try:
