@@ -47,8 +47,12 @@ APPS = {  # name -> argv inside the image; different programs and different file
                    "console.log(os.platform(), path.join('a', 'b'), [1, 2, 3].map(x => x * 2).join(','))"],
 }
 RECORDED = "hk-cc-rec"  # the sixth app, recorded while the rounds run
-RECORDED_ARGV = ["python3", "-c", "import tarfile, zipfile, difflib, textwrap; "
-                 "print(textwrap.shorten('one two three four five', 13), len(list(difflib.ndiff(['a'], ['b']))))"]
+# it runs 2 s after its imports, so that its recording spans rounds whatever `record` costs (once
+# it had to resolve names by walking the file systems, which took most of 7 s; now it may be
+# over within the round it starts in, before the rounds' launches met its tracing)
+RECORDED_ARGV = ["python3", "-c", "import tarfile, zipfile, difflib, textwrap, time; "
+                 "print(textwrap.shorten('one two three four five', 13), len(list(difflib.ndiff(['a'], ['b'])))); "
+                 "time.sleep(2)"]
 RECORD_FROM_ROUND = 1
 SERVED = ("ready", "deadline")  # outcomes of a launch the daemon held for its replayer (docs/hook.md)
 SLACK_MS = 60                   # poll wake-up and event-record latency on a loaded 2-core machine
