@@ -209,8 +209,9 @@ static void wait_ready(int fd, unsigned hold_ms)
 			continue;
 		if (ws_notify_read(fd) != WS_NOTIFY_START)
 			return; /* "ready", or EOF (replayer gone): start either way */
-		if (ms_since(&t0) + (long)hold_ms < until)
-			until = ms_since(&t0) + (long)hold_ms;
+		left = ms_since(&t0) + (long)hold_ms; /* the hold from the start */
+		if (left < until)
+			until = left;
 	}
 }
 

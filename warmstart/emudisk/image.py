@@ -53,9 +53,7 @@ def copy_image(src: Path, dst: Path) -> None:
 
 def staged_budget() -> int:
     """Bytes of tmpfs the staged images may hold: 4 GiB, at most a quarter of the RAM."""
-    with open("/proc/meminfo") as f:
-        total_kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
-    return min(4 << 30, total_kb * 1024 // 4)
+    return min(4 << 30, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4)
 
 
 def staged(src: Path) -> Path:
