@@ -122,30 +122,66 @@ int residency_wait(int fd, uint64_t off, uint64_t len)
 	return 0;
 }
 
+struct pages { uint64_t first, last; };   /* [first, last) in pages */
+
+static int by_first(const void *a, const void *b)
+{
+	const struct pages *x = a, *y = b;
+	return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* Cached bytes of pages [first, last) of a file of `size` bytes (its last page partly). */
+static int pages_cached(int fd, uint64_t first, uint64_t last, uint64_t size, uint64_t psz, uint64_t *bytes)
+{
+	uint64_t end = last * psz < size ? last * psz : size;
+	*bytes = 0;
+	return first * psz < end ? residency(fd, first * psz, end - first * psz, bytes) : 0;
+}
+
 int residency_of_file(int fd, const struct wsr_schedule *s, uint32_t file_no, uint64_t *inside,
 		      uint64_t *outside, uint64_t *evicted, bool *evicted_known)
 {
-	uint64_t total = 0, in = 0, cached, ev = 0;
-	int rc = residency(fd, 0, s->files[file_no].size, &total);
+	/* Inside and outside are each measured over their own pages (the file's ranges merged into
+	 * page intervals, and the gaps between them), not outside as all minus inside: pages that
+	 * land in the ranges between two measurements (the replayer's own reads still completing)
+	 * must not be taken away from what was cached outside them. */
+	uint64_t psz = (uint64_t)sysconf(_SC_PAGESIZE), size = s->files[file_no].size;
+	uint64_t in = 0, out = 0, cached, ev = 0, pos = 0;
+	struct pages *iv = malloc((s->nranges ? s->nranges : 1) * sizeof(*iv));
+	uint32_t n = 0;
+	int rc = 0;
 
-	if (rc < 0)
-		return rc;
+	if (!iv)
+		return -ENOMEM;
 	for (uint32_t k = 0; k < s->nranges; k++) {
 		const struct wsr_range *rg = &s->ranges[k];
-		if (rg->file_no != file_no)
+		if (rg->file_no != file_no || !rg->length)
 			continue;
-		if (residency(fd, rg->offset, rg->length, &cached) == 0)
-			in += cached;
-		if (!evicted)
-			continue;
-		if (residency_evicted(fd, rg->offset, rg->length, &ev) == 0)
-			*evicted += ev;
-		else
-			*evicted_known = false;
+		iv[n++] = (struct pages){ rg->offset / psz, (rg->offset + rg->length + psz - 1) / psz };
+		if (evicted) {
+			if (residency_evicted(fd, rg->offset, rg->length, &ev) == 0)
+				*evicted += ev;
+			else
+				*evicted_known = false;
+		}
 	}
-	if (in > total)
-		in = total;   /* overlapping ranges count a page once */
+	qsort(iv, n, sizeof(*iv), by_first);
+	for (uint32_t k = 0; k < n && !rc;) {
+		uint64_t first = iv[k].first, last = iv[k].last;
+		for (k++; k < n && iv[k].first <= last; k++)   /* overlapping or touching: one interval */
+			last = iv[k].last > last ? iv[k].last : last;
+		if (!(rc = pages_cached(fd, pos, first, size, psz, &cached)))
+			out += cached;
+		if (!rc && !(rc = pages_cached(fd, first, last, size, psz, &cached)))
+			in += cached;
+		pos = last > pos ? last : pos;
+	}
+	if (!rc && !(rc = pages_cached(fd, pos, (size + psz - 1) / psz, size, psz, &cached)))
+		out += cached;
+	free(iv);
+	if (rc)
+		return rc;
 	*inside = in;
-	*outside = total - in;
+	*outside = out;
 	return 0;
 }

@@ -73,6 +73,18 @@ static void test_residency(void)
 	CHECK(residency_wait(fd, 4096, 8192) == 0, "wait reads what was missing");
 	CHECK(residency(fd, 4096, 8192, &cached) == 0 && cached == 8192, "those pages are resident now");
 	CHECK(residency(fd, 65536, 4096, &cached) == 0 && cached == 0, "others are not");
+
+	/* A file's scheduled ranges, overlapping and not page-aligned (pages 1-2), and a range of
+	 * another file: inside counts each cached page of the ranges once, outside the cached pages
+	 * elsewhere (two at 200 KiB), each over its own pages (not outside = all - inside) */
+	struct wsr_file f[2] = { { .kind = WSR_KIND_FILE, .size = sizeof(buf) }, { .kind = WSR_KIND_FILE, .size = sizeof(buf) } };
+	struct wsr_range r[3] = { { .offset = 6000, .length = 6000 }, { .offset = 0, .length = 8192, .file_no = 1 },
+				  { .offset = 4096, .length = 4096 } };
+	struct wsr_schedule s = { .nfiles = 2, .nranges = 3, .files = f, .ranges = r };
+	uint64_t inside = 0, outside = 0;
+	CHECK(residency_wait(fd, 200 << 10, 8192) == 0, "two pages outside the ranges read");
+	CHECK(residency_of_file(fd, &s, 0, &inside, &outside, NULL, NULL) == 0 && inside == 8192 && outside == 8192,
+	      "inside and outside of overlapping ranges");
 	close(fd);
 	unlink(path);
 }
