@@ -188,7 +188,8 @@ def _never_beaten(disk, argv, tmp_path, name):
     """Record argv cold on disk (its profile measured first), analyze it, then launch it cold and
     prefetched (reorder, segmented): each launch takes at least the bound's parts from the
     recording and the disk (the cut bound the analysis stored, the schedule's modelled pass),
-    within the clock's granularity. Returns (the schedule, the measured launch times)."""
+    within the clock's granularity. Returns (the schedule, the measured launch times, the disk's
+    profile)."""
     from conftest import have_tracefs, require
     from warmstart.analyzer.analyze import analyze
     from warmstart.analyzer.profile import measure
@@ -225,7 +226,7 @@ def _never_beaten(disk, argv, tmp_path, name):
         measured[mode] = out.launch_time_s
     granularity = 0.002
     assert all(t >= lb - granularity for t in measured.values()), (lb, cut, measured)
-    return sched, measured
+    return sched, measured, prof
 
 
 def test_a_bound_never_beaten_by_real_launches_on_the_emulated_hdd(emu_hdd, tmp_path):
@@ -253,7 +254,7 @@ def test_a_bound_never_beaten_by_real_launches_on_the_emulated_hdd(emu_hdd, tmp_
     # two processes reading and computing at once: on two CPUs their CPU adds up to more than the
     # wall time it takes, so a bound made of summed CPU would exceed the launch
     argv = ["/bin/sh", "-c", f"{synth} {plan([0, 1])} & {synth} {plan([1, 2])}; wait"]
-    sched, _ = _never_beaten(emu_hdd, argv, tmp_path, "boundapp")
+    sched, _, _ = _never_beaten(emu_hdd, argv, tmp_path, "boundapp")
     cut = sched.params["bound"]
     assert cut["busy_known"] and cut["cpu_s"] > 0 and cut["seconds"] > cut["cpu_s"]
 
@@ -265,7 +266,6 @@ def test_on_xfs_the_bound_counts_the_launchs_metadata_reads(emu_xfs, tmp_path):
     cold or prefetched, still never beats it."""
     import shutil
     import subprocess
-    from warmstart.analyzer.profile import measure
     top = emu_xfs.mountpoint / f"boundmeta-{os.getpid()}-{tmp_path.name}"
     dirs = [top / f"d{i}" for i in range(8)]
     for d in dirs:
@@ -277,12 +277,11 @@ def test_on_xfs_the_bound_counts_the_launchs_metadata_reads(emu_xfs, tmp_path):
         subprocess.run(["fsfreeze", op, str(emu_xfs.mountpoint)], check=True)
     try:
         argv = ["/bin/sh", "-c", f"cat {top}/d*/file-* > /dev/null"]
-        sched, measured = _never_beaten(emu_xfs, argv, tmp_path, "boundmeta")
+        sched, measured, prof = _never_beaten(emu_xfs, argv, tmp_path, "boundmeta")
         step = sched.params["metadata_step"]["reads"]
         assert len(step) >= 3, step           # inode clusters and directory blocks, read cold
-        prof = bound.floor_profile(measure(emu_xfs.loop_dev)[0])
         runs = bound.schedule_runs(sched, emu_xfs.dev) + [(d, s * 512, n * 512) for d, s, n in step]
-        both = bound.sorted_pass(runs, prof.access_time)
+        both = bound.sorted_pass(runs, bound.floor_profile(prof).access_time)
         print(f"bound {sched.params['bound']}, pass of data and metadata {both:.4f} s, launches {measured}")
         assert sched.params["bound"]["seconds"] >= 0.9 * both, (sched.params["bound"], both, measured)
     finally:
