@@ -342,7 +342,6 @@ def test_sigkill_at_ten_points_of_hook_refresh(tmp_path, capsys):
             assert p.wait(60) == 0
         work = 1.25 * sorted(works)[1]
         reported, rounds, outcomes = set(), [], []
-        reported, rounds, outcomes = set(), [], []
 
         def new_round(k):
             _ws(elsewhere, db, "analyze", app)
