@@ -1,6 +1,6 @@
 """Analysis on any machine: an app on a disk whose node refuses O_DIRECT (this VM's /dev/vda,
 many containers and hardened VMs) is recorded, analyzed and run with no extra step; the disk is
-profiled through a scratch file on its file system, once."""
+profiled through a scratch file on its file system, once for the machine (analyzer/kept.py)."""
 
 import json
 import os
@@ -13,9 +13,9 @@ from warmstart.analyzer.profile import class_profile
 from warmstart.errors import WarmstartError
 
 
-def ws(db, *args):
+def ws(db, *args, env=None):
     p = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), *args], capture_output=True,
-                       text=True, cwd=REPO, timeout=600)
+                       text=True, cwd=REPO, timeout=600, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     return p
 
@@ -28,16 +28,27 @@ def test_record_analyze_run_on_a_disk_that_refuses_direct_opens(tmp_path):
         refused = False
     except WarmstartError:
         refused = True
-    db = tmp_path / "w.db"
+    db, other = tmp_path / "w.db", tmp_path / "other.db"
+    env = dict(os.environ, WARMSTART_PROFILE_CACHE=str(tmp_path / "kept"))   # nothing kept yet
     argv = [sys.executable, "-c", "import json, decimal, email.mime.text"]
-    ws(db, "record", "--name", "rootapp", "--", *argv)
-    r = json.loads(ws(db, "analyze", "rootapp", "--json").stdout)  # no --probe, no profile-disk first
+    for d in (db, other):
+        ws(d, "record", "--name", "rootapp", "--", *argv, env=env)
+    r = json.loads(ws(db, "analyze", "rootapp", "--json", env=env).stdout)  # no --probe, no profile-disk first
     assert r["schedule_id"] and r["total_bytes"] > 0
     if refused:  # as on this machine: the fallback profiled the disk and said how
         assert r["probe"] == "model" and "disk probes impossible" in r["fallback"], r
         assert "timed through" in r["profiled"] or "class model" in r["profiled"], r
-        again = json.loads(ws(db, "analyze", "rootapp", "--json").stdout)
-        assert "profiled" not in again  # the profile is kept: not measured twice
+        again = json.loads(ws(db, "analyze", "rootapp", "--json", env=env).stdout)
+        assert "profiled" not in again  # the profile is kept in the database: not measured twice
+        if "timed through" in r["profiled"]:
+            # ... and for the machine: another database takes it, and stores it as its own
+            elsewhere = json.loads(ws(other, "analyze", "rootapp", "--json", env=env).stdout)
+            assert elsewhere["profiled"].startswith("kept from a timing of this disk"), elsewhere
+            (kept,) = (tmp_path / "kept").iterdir()
+            os.chmod(kept, 0o666)          # writable by anyone: not trusted, timed again
+            third = tmp_path / "third.db"
+            ws(third, "record", "--name", "rootapp", "--", *argv, env=env)
+            assert "timed through" in json.loads(ws(third, "analyze", "rootapp", "--json", env=env).stdout)["profiled"]
     out = json.loads(ws(db, "run", "--json", "--name", "rootapp", "--", *argv).stdout)
     assert out["prefetched"] and out["exit_status"] == 0, out
 

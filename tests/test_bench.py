@@ -27,6 +27,7 @@ def test_an_emulated_disks_profile_is_measured_once_per_model(tmp_path, monkeypa
     the same model (EmuDisk.model_key), on whatever loop device; --reprofile, another model or an
     unreadable kept profile measure again."""
     from types import SimpleNamespace
+    from warmstart.analyzer import kept
     from warmstart.bench import matrix
     from warmstart.db.profiles import latest_profile
     from warmstart.model import DiskProfile
@@ -38,7 +39,7 @@ def test_an_emulated_disks_profile_is_measured_once_per_model(tmp_path, monkeypa
                            stream_bytes=65536.0, c_switch_s=0.009 + len(measured) / 1000, r_tr_Bps=1.2e8,
                            size_bytes=1 << 30, device=dev), 7.0
     monkeypatch.setattr(matrix, "measure", measure)
-    monkeypatch.setattr(matrix, "PROFILE_CACHE", tmp_path / "profiles")
+    monkeypatch.setenv("WARMSTART_PROFILE_CACHE", str(tmp_path / "profiles"))
     conn = open_db(tmp_path / "w.db")
 
     def dut(loop, key, fs_dev):
@@ -48,14 +49,14 @@ def test_an_emulated_disks_profile_is_measured_once_per_model(tmp_path, monkeypa
     first = matrix.ensure_profile(conn, dut("/dev/loop3", "k1", 1795), said.append)
     assert measured == ["/dev/loop3"] and first["cached"] is None
     again = matrix.ensure_profile(conn, dut("/dev/loop5", "k1", 1797), said.append)
-    assert measured == ["/dev/loop3"] and again["cached"] == str(tmp_path / "profiles" / "k1.json")
+    assert measured == ["/dev/loop3"] and again["cached"] == str(tmp_path / "profiles" / f"{kept.key_of({'emulated': 'k1'})}.json")
     assert again["measured_at"] == first["measured_at"] and "--reprofile" in said[-1]
-    _, kept = latest_profile(conn, 1797)
-    assert kept.device == "/dev/loop5" and kept.c_switch_s == latest_profile(conn, 1795)[1].c_switch_s
+    _, stored = latest_profile(conn, 1797)
+    assert stored.device == "/dev/loop5" and stored.c_switch_s == latest_profile(conn, 1795)[1].c_switch_s
     matrix.ensure_profile(conn, dut("/dev/loop5", "k1", 1797), said.append, reprofile=True)
     matrix.ensure_profile(conn, dut("/dev/loop5", "k2", 1797), said.append)
     assert measured == ["/dev/loop3", "/dev/loop5", "/dev/loop5"]
-    (tmp_path / "profiles" / "k2.json").write_text("{")
+    (tmp_path / "profiles" / f"{kept.key_of({'emulated': 'k2'})}.json").write_text("{")
     assert matrix.ensure_profile(conn, dut("/dev/loop6", "k2", 1798), said.append)["cached"] is None
     assert len(measured) == 4 and "unreadable" in said[-2]
 

@@ -234,7 +234,7 @@ def cost_setup(conn, items, table: PieceTable, opts: Options, cold_s: float) -> 
             if prof is None:
                 # The node refuses O_DIRECT (a VM's or container's disk): profile it another way,
                 # once, and keep the profile as `profile-disk` would
-                prof, how = profile_without_node(dev, devices.rotational(dev))
+                prof, how = profile_without_node(dev, devices.rotational(dev), reuse=True)
                 profile_id = profile_db.save_profile(conn, dev_path or f"dev {dev}", dev, prof, 0.0)
                 notes["profiled"] = how
             notes["fallback"] = f"disk probes impossible ({e}); used the model"

@@ -14,6 +14,7 @@ between random points of the device) and R_tr follow. Probes through warmstart-p
 On a 7200 rpm disk this takes ~10 s; the whole run is bounded well under 2 minutes.
 """
 
+import math
 import os
 import random
 import statistics
@@ -132,15 +133,16 @@ def measure(path: str, samples: int = 5, seed: int = 1, progress: Optional[Calla
 def best_run(path: str, ranges: Sequence[Tuple[int, int]], qd: int, agree: float = 0.03,
              least: int = 2, most: int = 8, span_s: float = 0.3) -> float:
     """The device's time for ranges at qd: the fastest run, once the two fastest agree within
-    `agree` and the runs span at least `span_s` (at least `least` runs, at most `most`). The
-    bound's floor takes the in-flight rate from here (analyzer/bound.py), so one run slowed by
-    another process must not set it, and a device behind a busy CPU (an emulated one, a VM's)
-    slows runs by chance, sometimes for a spell longer than two short runs: a batch an SSD reads
-    in 70 ms is timed over 0.3 s (1.042 x the later probe's time once in CI when it was not)."""
-    t0 = time.monotonic()
+    `agree` and the runs add up to `span_s` (at least `least` runs, at most `most`). The bound's
+    floor takes the in-flight rate from here (analyzer/bound.py), so one run slowed by another
+    process must not set it, and a device behind a busy CPU (an emulated one, a VM's) slows runs
+    by chance, sometimes for a spell longer than two short runs: a batch an SSD reads in 70 ms is
+    timed over 0.3 s (1.042 x the later probe's time once in CI when it was not). The runs a span
+    still needs are made by one probe process."""
     runs = sorted(run(path, ranges, qd=qd, repeat=least).runs_s)
-    while len(runs) < most and (runs[1] > (1 + agree) * runs[0] or time.monotonic() - t0 < span_s):
-        runs = sorted(runs + run(path, ranges, qd=qd).runs_s)
+    while len(runs) < most and (runs[1] > (1 + agree) * runs[0] or sum(runs) < span_s):
+        need = max(1, math.ceil((span_s - sum(runs)) / max(runs[0], 1e-6)))
+        runs = sorted(runs + run(path, ranges, qd=qd, repeat=min(need, most - len(runs))).runs_s)
     return runs[0]
 
 
@@ -202,14 +204,25 @@ def writable_dir_on(dev: int, candidates=("/var/tmp", "/tmp", "/var/cache", "/ro
     return None
 
 
-def profile_without_node(dev: int, rotational: Optional[bool], size: int = 256 * MiB) -> Tuple[DiskProfile, str]:
+def profile_without_node(dev: int, rotational: Optional[bool], size: int = 256 * MiB,
+                         reuse: bool = False) -> Tuple[DiskProfile, str]:
     """A profile of a device whose node cannot be read with O_DIRECT: timed through a scratch
-    file on its file system if one can be written there, else the model of its class.
-    Returns (profile, how it was obtained)."""
+    file on its file system if one can be written there, else the model of its class. A timed
+    profile is kept for the machine (analyzer/kept.py); with reuse, one kept for this disk less
+    than kept.MAX_AGE_S ago is taken instead of timing it again (analyze: every database
+    analyzing apps of this disk would otherwise time it once). Returns (profile, how it was
+    obtained)."""
+    from . import kept
+    key = kept.device_key(dev)
+    found = kept.load(key, kept.MAX_AGE_S) if reuse else None
+    if found is not None:
+        prof, meta = found
+        return prof, f"kept from a timing of this disk on {kept.when(meta['measured_at'])} ({meta['path']})"
     where = writable_dir_on(dev)
     if where is not None:
         try:
             prof, took = measure_through_file(where, size=size)
+            kept.keep(key, prof, took)
             return prof, f"timed through a {size >> 20} MiB file in {where} ({took:.1f} s)"
         except (WarmstartError, OSError) as e:
             why = str(e)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from ..analyzer import kept
 from ..analyzer.analyze import Options as AnalyzeOptions, analyze
 from ..analyzer.bound import launch_bound, launch_bound_at_cpu
 from ..analyzer.probe import check_direct, device_path
@@ -36,7 +37,6 @@ from ..db.schedules import activate_schedule, list_schedules
 from ..errors import WarmstartError
 from ..hook import manage as hook_manage
 from ..launching import parse_until
-from ..model import DiskProfile
 from ..paths import helper_binary
 from ..recorder.coldcache import drop_caches
 from ..recorder.recorder import RecordOptions, record_once
@@ -147,41 +147,30 @@ class DiskUnderTest:
 
 
 # Profiles of emulated disk models, by EmuDisk.model_key(): one model times alike in every run.
-PROFILE_CACHE = Path(os.environ.get("WARMSTART_PROFILE_CACHE", "/var/cache/warmstart/profiles"))
-
-
 def ensure_profile(conn, dut, say, reprofile: bool = False) -> Optional[dict]:
     """A device profile, as an installation has after `warmstart profile-disk`: analyze then uses
     it (hybrid probes, competitive gap merging). An emulated disk is new in every run (and its
     loop device may have held another disk model before), its model is not: the profile measured
-    on the first disk of a model (~7 s on hdd7200) is kept in PROFILE_CACHE and stored for every
-    later disk of that model, unless reprofile. The machine's own disk: if its node refuses
-    O_DIRECT (this VM's /dev/vda does, even for root), analyze cannot probe it; profile it once
-    through a file on it, so analyze uses the model. Returns where an emulated disk's profile
-    came from (the bench's JSON says it), else None."""
+    on the first disk of a model (~7 s on hdd7200) is kept for the machine (analyzer/kept.py) and
+    stored for every later disk of that model, unless reprofile. The machine's own disk: if its
+    node refuses O_DIRECT (this VM's /dev/vda does, even for root), analyze cannot probe it;
+    profile it once through a file on it, so analyze uses the model. Returns where an emulated
+    disk's profile came from (the bench's JSON says it), else None."""
     if dut.emu is not None:
-        cached = PROFILE_CACHE / f"{dut.emu.model_key()}.json"
-        if cached.exists() and not reprofile:
-            try:
-                kept = json.loads(cached.read_text())
-                prof = DiskProfile.from_json(json.dumps(kept["profile"]))
-                when = float(kept["measured_at"])
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                say(f"ignoring the unreadable profile {cached} ({type(e).__name__}): measuring again")
-            else:
-                prof.device = dut.emu.loop_dev
-                say(f"the emulated {dut.kind} disk's profile: measured {_when(when)} on a disk "
-                    f"of this model ({cached}; --reprofile measures it again)")
-                save_profile(conn, dut.emu.loop_dev, dut.fs_dev, prof, 0.0)
-                return {"measured_at": when, "cached": str(cached)}
+        key = kept.key_of({"emulated": dut.emu.model_key()})
+        found = None if reprofile else kept.load(key, say=say)
+        if found is not None:
+            prof, meta = found
+            prof.device = dut.emu.loop_dev
+            say(f"the emulated {dut.kind} disk's profile: measured {kept.when(meta['measured_at'])} on a disk "
+                f"of this model ({meta['path']}; --reprofile measures it again)")
+            save_profile(conn, dut.emu.loop_dev, dut.fs_dev, prof, 0.0)
+            return {"measured_at": meta["measured_at"], "cached": meta["path"]}
         say(f"profiling the emulated {dut.kind} disk ({dut.emu.loop_dev})")
         prof, took = measure(dut.emu.loop_dev)
         save_profile(conn, dut.emu.loop_dev, dut.fs_dev, prof, took)
         now = time.time()
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"measured_at": now, "took_s": took, "profile": json.loads(prof.to_json())}))
-        os.replace(tmp, cached)
+        kept.keep(key, prof, took, now)
         return {"measured_at": now, "cached": None}
     try:
         check_direct(device_path(dut.fs_dev))
@@ -194,10 +183,6 @@ def ensure_profile(conn, dut, say, reprofile: bool = False) -> Optional[dict]:
     prof, took = measure_through_file(str(dut.files_dir))
     save_profile(conn, str(dut.files_dir), dut.fs_dev, prof, took)
     return None
-
-
-def _when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
 
 def make_cold(dut) -> None:
