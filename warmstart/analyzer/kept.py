@@ -3,7 +3,7 @@ database's. A measurement that costs seconds (profile-disk: ~7 s on the emulated
 ~2 s through a scratch file on this VM's root disk) is then made once per model, not once per
 database, bench run or emulated disk.
 
-KEPT_DIR (/var/cache/warmstart/profiles; env WARMSTART_PROFILE_CACHE) holds <key>.json:
+kept_dir() (/var/cache/warmstart/profiles; env WARMSTART_PROFILE_CACHE) holds <key>.json:
 {"measured_at": epoch s, "took_s", "profile": DiskProfile}. A key names everything the timing
 depends on, with METHOD (bump it when profile.measure changes what it measures):
 - an emulated disk: EmuDisk.model_key() (bench.matrix.ensure_profile);

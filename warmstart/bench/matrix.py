@@ -146,7 +146,6 @@ class DiskUnderTest:
         return self.wrap(app.argv)
 
 
-# Profiles of emulated disk models, by EmuDisk.model_key(): one model times alike in every run.
 def ensure_profile(conn, dut, say, reprofile: bool = False) -> Optional[dict]:
     """A device profile, as an installation has after `warmstart profile-disk`: analyze then uses
     it (hybrid probes, competitive gap merging). An emulated disk is new in every run (and its
