@@ -1,6 +1,6 @@
 """Disk profiles kept for the machine, one per disk model: a disk's timing is the disk's, not one
 database's. A measurement that costs seconds (profile-disk: ~7 s on the emulated 7200 rpm disk,
-~2 s through a scratch file on this VM's root disk) is then made once per model, not once per
+1.4-1.5 s through a scratch file on this VM's root disk) is then made once per model, not once per
 database, bench run or emulated disk.
 
 kept_dir() (/var/cache/warmstart/profiles; env WARMSTART_PROFILE_CACHE) holds <key>.json:

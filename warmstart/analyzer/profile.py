@@ -26,6 +26,7 @@ from ..db import profiles as profile_db
 from ..errors import WarmstartError
 from ..model import DiskProfile
 from ..fs import FileSystems
+from . import kept
 from .probe import device_path, device_size, run
 
 MiB = 1 << 20
@@ -212,7 +213,6 @@ def profile_without_node(dev: int, rotational: Optional[bool], size: int = 256 *
     than kept.MAX_AGE_S ago is taken instead of timing it again (analyze: every database
     analyzing apps of this disk would otherwise time it once). Returns (profile, how it was
     obtained)."""
-    from . import kept
     key = kept.device_key(dev)
     found = kept.load(key, kept.MAX_AGE_S) if reuse else None
     if found is not None:
