@@ -416,6 +416,43 @@ def test_on_xfs_the_inodes_a_launch_only_stated_are_looked_up_too(emu_xfs, reque
     assert emu_xfs.stats()["reads"] == 0
 
 
+FOLLOWER = """
+import os, sys
+links = sys.argv[1]
+for n in sorted(os.listdir(links)):
+    with open(os.path.join(links, n), "rb") as f:   # each file opened through a symlink
+        f.read()
+"""
+
+
+def test_on_xfs_the_symlinks_a_launch_followed_are_looked_up_too(emu_xfs, request, tmp_path):
+    """A launch that opens its files through symlinks (the dynamic loader's
+    /lib64/ld-linux-x86-64.so.2, /etc/alternatives) reads each symlink's inode cold, in a
+    directory no scheduled path passes (the schedule has the files' resolved paths). The
+    recorded lookups name those symlinks (lookups.looked_up_names) and the analysis picks one per
+    inode cluster the launch read for the metadata step, so after the replay the launch reads
+    nothing from the disk."""
+    require(have_tracefs(), "needs root and tracefs")
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    base = emu_xfs.mountpoint / f"follow-{os.getpid()}-{tmp_path.name}"
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    links, data = base / "links", base / "data"
+    links.mkdir(parents=True)
+    data.mkdir()
+    for k in range(96):                       # 3 inode clusters of symlinks only
+        os.symlink(f"../data/f{k:03d}", links / f"l{k:03d}")
+    for k in range(96):
+        (data / f"f{k:03d}").write_bytes(os.urandom(4096))
+    db = tmp_path / "db"
+    argv = [sys.executable, "-S", "-c", FOLLOWER, str(links)]
+    _record_and_analyze(emu_xfs, db, "follower", argv)
+    sched = load_active_schedule(open_db(db), "follower")
+    fetched = {r.file.path for g in sched.segments for r in g.ranges if r.file is not None}
+    named = [f.path for f in sched.files if f.path not in fetched and os.path.dirname(f.path) == os.fsencode(links)]
+    assert len(named) >= 3, (named, sched.params["inode_lookups"])
+    assert _reads_after_replay(emu_xfs, sched, tmp_path, lambda: subprocess.run(argv, check=True)) == 0
+
+
 MIXED = """
 import os, sys
 d = sys.argv[1]

@@ -26,7 +26,7 @@ from .access import CalibratedCost, DiskCost, ModelCost, calibration, metadata_s
 from .ext4meta import MetadataFinder
 from .filemap import FileMap, Piece
 from .gapmerge import merge_gaps
-from .lookups import lookup_dirs
+from .lookups import looked_up_names, lookup_dirs
 from .ordering import PieceTable
 from .profile import PARALLEL_QD, main_dev, model_profile, profile_without_node, stored_profile
 from .segment import Result, launch_time, optimise, paper, reorder
@@ -448,7 +448,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
                               lambda dev: cost.prof if dev == cost.dev and cost.prof else model_profile(conn, dev)[1])
 
     with_ranges = {r.file for s in segments for r in s.ranges if r.file is not None}
-    lookups = fmap.inode_lookups(with_ranges)      # looked up by the metadata step, nothing read
+    # looked up by the metadata step, nothing read
+    lookups = fmap.inode_lookups(with_ranges, looked_up_names(conn, rids, [f.path for f in with_ranges], fmap.fss))
     used_files = sorted(with_ranges | set(lookups), key=lambda f: f.path)
     extents = {i: fmap.extents.get(f, []) for i, f in enumerate(used_files)}        # 7
     through_fs = fs_metadata.warm_through_fs({f.dev for f in used_files})

@@ -35,8 +35,9 @@ recorded one.
 
 import bisect
 import os
+import stat
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..devices import disk_of
 from ..fiemap import FIEMAP_EXTENT_DATA_INLINE, fiemap_fd, mappable, place
@@ -236,13 +237,15 @@ class FileMap:
         self.report.inline_placed = len(out)
         return sorted(out, key=lambda r: (r.dev, r.sector))
 
-    def inode_lookups(self, files: Iterable[ScheduledFile]) -> List[ScheduledFile]:
+    def inode_lookups(self, files: Iterable[ScheduledFile], named: Sequence[bytes] = ()) -> List[ScheduledFile]:
         """Files whose lookup makes the replayer's metadata step read the inode blocks the launch
         read: the inodes of files it only stat'ed (an interpreter checks each source beside the
-        cached bytecode it reads). Where the file system places inodes by number
-        (FileSystem.inode_clusters: XFS's inode clusters, btrfs's subvolume-tree leaves), one
-        name per cluster read, from the entries of
-        the directories on those paths (d_ino: no stat but the chosen one's), never one of
+        cached bytecode it reads) and of symlinks it followed. Where the file system places inodes
+        by number (FileSystem.inode_clusters: XFS's inode clusters, btrfs's subvolume-tree
+        leaves), one name per cluster read: first from `named` (the names the launch looked up,
+        where the recording has them: lookups.looked_up_names), then from the entries of the
+        directories on those paths (d_ino: no stat but the chosen one's), regular files and
+        symlinks, never one of
         `files` or a directory, and for a cluster theirs too: warmstartd's watch on a scheduled
         file (a process's cwd, on a directory) keeps its inode in memory, and its lookup then reads
         nothing of its cluster (docs/replayer.md, "The metadata step") -- except where the step's
@@ -276,25 +279,36 @@ class FileMap:
         seeking = {st_dev for fs, st_dev in fs_of.values() if fs.seeks_read_inode_cluster}
         served = {k for f in files if f.dev in seeking for k in [span_of(f.dev, f.ino)] if k is not None}
         found: List[ScheduledFile] = []
+
+        def take(path: bytes, dev: int, ino: int) -> None:
+            k = span_of(dev, ino)
+            if k is None or k in served or (dev, ino) in scheduled:
+                return
+            try:
+                est = os.lstat(path)
+            except OSError:
+                return
+            if est.st_dev == dev and est.st_ino == ino and not stat.S_ISDIR(est.st_mode):
+                served.add(k)
+                found.append(ScheduledFile(path, est.st_dev, est.st_ino, est.st_size, est.st_mtime_ns,
+                                           est.st_ctime_ns))
+
+        for path in named:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            take(path, st.st_dev, st.st_ino)
         for d, st in directories_on(f.path for f in files):
             if st.st_dev not in spans:
                 continue
             try:
-                entries = sorted((e.inode(), e.path) for e in os.scandir(d) if e.is_file(follow_symlinks=False))
+                entries = sorted((e.inode(), e.path) for e in os.scandir(d)
+                                 if e.is_file(follow_symlinks=False) or e.is_symlink())
             except OSError:
                 continue
             for ino, path in entries:
-                k = span_of(st.st_dev, ino)
-                if k is None or k in served or (st.st_dev, ino) in scheduled:
-                    continue
-                try:
-                    est = os.lstat(path)
-                except OSError:
-                    continue
-                if est.st_dev == st.st_dev:
-                    served.add(k)
-                    found.append(ScheduledFile(path, est.st_dev, est.st_ino, est.st_size, est.st_mtime_ns,
-                                               est.st_ctime_ns))
+                take(path, st.st_dev, ino)
         return found
 
     def map_access(self, a: Access) -> List[Piece]:

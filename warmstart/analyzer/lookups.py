@@ -56,12 +56,58 @@ def _resolve(lookups: Sequence[Tuple[int, bytes]], seeds: Dict[int, Dir]) -> Dic
     return known
 
 
-def lookup_dirs(conn, rids: Iterable[int], scheduled: Iterable[bytes], fss: FileSystems) -> Tuple[List[bytes], dict]:
-    """(the directories to read whole, sorted; what was found: counts for the schedule's params)."""
+def _by_dev(conn, rids: Iterable[int]) -> Dict[int, List[Tuple[int, bytes]]]:
+    """st_dev -> the recordings' lookups on it [(directory inode, name)], in order."""
     by_dev: Dict[int, List[Tuple[int, bytes]]] = {}
     for rid in rids:
         for dev, dino, name in db.load_lookups(conn, rid):
             by_dev.setdefault(dev, []).append((dino, name))
+    return by_dev
+
+
+def _known_dirs(fs, dev: int, events: Sequence[Tuple[int, bytes]], on_paths: List[Dir]) -> Dict[int, Dir]:
+    """Directory inode -> (path, lstat) on dev: resolved from the file system's root (where its
+    mount shows the root) and the directories on the schedule's paths."""
+    seeds = {st.st_ino: (d, st) for d, st in on_paths if st.st_dev == dev}
+    try:
+        st = os.lstat(fs.mount.target)
+        if fs.mount.root == b"/" and st.st_dev == dev:
+            seeds[st.st_ino] = (fs.mount.target, st)
+    except OSError:
+        pass
+    return _resolve(events, seeds)
+
+
+def looked_up_names(conn, rids: Iterable[int], scheduled: Iterable[bytes], fss: FileSystems) -> List[bytes]:
+    """Every name the launch looked up that is there now and no directory (a file it only
+    stat'ed or opened, a symlink it followed: /lib64/ld-linux-x86-64.so.2 on the way to the
+    dynamic loader, /etc/alternatives/vim), as a path, sorted: the names FileMap.inode_lookups
+    tries first when it names the inode clusters the launch read."""
+    by_dev = _by_dev(conn, rids)
+    on_paths = directories_on(scheduled)
+    out: Set[bytes] = set()
+    for dev, events in by_dev.items():
+        fs = fss.of_dev(dev)
+        if fs is None:
+            continue
+        known = _known_dirs(fs, dev, events, on_paths)
+        for dino, name in events:
+            parent = known.get(dino)
+            if parent is None:
+                continue
+            path = os.path.join(parent[0], name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) and st.st_dev == dev:
+                out.add(path)
+    return sorted(out)
+
+
+def lookup_dirs(conn, rids: Iterable[int], scheduled: Iterable[bytes], fss: FileSystems) -> Tuple[List[bytes], dict]:
+    """(the directories to read whole, sorted; what was found: counts for the schedule's params)."""
+    by_dev = _by_dev(conn, rids)
     report = {"lookups": sum(len(v) for v in by_dev.values()), "dirs": 0, "listed": 0, "too_big": 0,
               "unresolved_dirs": 0}
     if not by_dev:
@@ -73,15 +119,8 @@ def lookup_dirs(conn, rids: Iterable[int], scheduled: Iterable[bytes], fss: File
         fs = fss.of_dev(dev)
         if fs is None:
             continue
-        seeds = {st.st_ino: (d, st) for d, st in on_paths if st.st_dev == dev}
-        try:
-            st = os.lstat(fs.mount.target)
-            if fs.mount.root == b"/" and st.st_dev == dev:
-                seeds[st.st_ino] = (fs.mount.target, st)
-        except OSError:
-            pass
         events = by_dev[dev]
-        known = _resolve(events, seeds)
+        known = _known_dirs(fs, dev, events, on_paths)
         names: Dict[int, Set[bytes]] = {}
         for dino, name in events:
             names.setdefault(dino, set()).add(name)
