@@ -231,7 +231,12 @@ def test_t_exp_is_judged_with_the_metadata_step_this_launch_measured(db):
     _, v = judge(conn, sid, s, cfg)
     assert v["over_t_exp"] is False and not v["bad"], v
     _, v = judge(conn, sid, timed(1.4), cfg)        # no step measured (an older replayer): t_exp as stored
-    assert v["over_t_exp"] and v["bad"] and "far above t_exp 0.500 s" in v["reason"], v
+    assert v["over_t_exp"] and v["bad"] and "far above t_exp 0.500 s (" in v["reason"], v
+    s = timed(1.6)                                  # 0.5 - 0.1 + 0.2: far above 0.6 s, which says how
+    s["t_meta_ns"] = 200_000_000
+    _, v = judge(conn, sid, s, cfg)
+    assert v["over_t_exp"] and ("far above t_exp 0.600 s with the metadata step as this launch measured "
+                                "it (0.200 s)") in v["reason"], v
     s = timed(1.95)
     s["t_meta_ns"] = 1_500_000_000
     _, v = judge(conn, sid, s, cfg)

@@ -139,11 +139,11 @@ def cold_reference(conn, app_id: int) -> Optional[dict]:
     return {"median_s": med, "n": len(times), "margin_s": margin, "source": source}
 
 
-def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float], t_exp_is: str = "t_exp") -> dict:
+def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float], t_exp_note: str = "") -> dict:
     """The launch's time against cold and against the schedule's t_exp:
     slow: not clearly faster than cold (launch_s > cold median - margin);
     over_t_exp: kept less than half the gain the schedule promised (launch_s > (t_exp + cold) / 2,
-    and more than the margin above t_exp)."""
+    and more than the margin above t_exp). t_exp_note: said after t_exp in the reason."""
     if cold is None:
         return {"slow": None, "over_t_exp": None, "time_reason": "no cold launch to compare with "
                 "(no cold recording or `warmstart run --cold` of the app)"}
@@ -156,8 +156,8 @@ def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float], 
         reason = (f"launch {launch_s:.3f} s not clearly faster than cold ({med:.3f} s, median of {cold['n']} "
                   f"{cold.get('source', 'cold launches')}; needs {margin:.3f} s less)")
     elif over:
-        reason = (f"launch {launch_s:.3f} s far above {t_exp_is} {t_exp:.3f} s (kept less than half the "
-                  f"predicted gain on cold {med:.3f} s)")
+        reason = (f"launch {launch_s:.3f} s far above t_exp {t_exp:.3f} s{t_exp_note} (kept less than half "
+                  f"the predicted gain on cold {med:.3f} s)")
     return {"slow": slow, "over_t_exp": over, "time_reason": reason}
 
 
@@ -283,8 +283,9 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
         cold = cold_reference(conn, app_id)
         stored = schedule_t_exp(conn, sid)
         expected = expected_time(stored, stats)
-        label = "t_exp" if expected is None or abs(expected - stored[0]) < 1e-3 else "t_exp with its measured metadata step"
-        verdict.update(time_verdict(launch_s, cold, expected, label), cold=cold)
+        note = "" if expected is None or abs(expected - stored[0]) < 1e-3 else \
+            f" with the metadata step as this launch measured it ({stats['t_meta_ns'] / 1e9:.3f} s)"
+        verdict.update(time_verdict(launch_s, cold, expected, note), cold=cold)
         if verdict["slow"] or verdict["over_t_exp"]:
             verdict["reason"] = "; ".join(r for r in (verdict["time_reason"], verdict["reason"]) if r)
             verdict["bad"] = True
