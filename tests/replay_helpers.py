@@ -30,16 +30,41 @@ class _Stat(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in ("cache", "dirty", "wb", "ev", "rev")]
 
 
-def cached_pages(path, offset: int, length: int) -> int:
-    """Pages of [offset, offset+length) of `path` in the page cache, by cachestat(2)."""
+def _cachestat(path, offset: int, length: int) -> _Stat:
     fd = os.open(path, os.O_RDONLY)
     try:
         r, s = _Range(offset, length), _Stat()
         if _libc.syscall(451, fd, ctypes.byref(r), ctypes.byref(s), 0) < 0:
             raise OSError(ctypes.get_errno(), "cachestat")
-        return s.cache
+        return s
     finally:
         os.close(fd)
+
+
+def cached_pages(path, offset: int, length: int) -> int:
+    """Pages of [offset, offset+length) of `path` in the page cache, by cachestat(2)."""
+    return _cachestat(path, offset, length).cache
+
+
+def reclaimed_pages(paths) -> int:
+    """Pages of these files the kernel's reclaim took since evict() last emptied them: reclaim
+    leaves a shadow entry per page (cachestat's nr_evicted), fadvise DONTNEED clears them. Not
+    only under memory pressure: a proactive reclaimer (DAMON's pageout scheme runs on this
+    machine, kdamond) takes pages a few hundred ms after their last use."""
+    return sum(_cachestat(p, 0, 0).ev for p in paths)
+
+
+def without_reclaim(attempt, paths, tries: int = 3):
+    """attempt() (which starts with evict() of `paths`) until no page of `paths` was reclaimed
+    during it, at most `tries` times; its result. A test of exact residency cannot judge a run
+    in which the kernel took some of the pages it counts."""
+    for _ in range(tries):
+        got = attempt()
+        taken = reclaimed_pages(paths)
+        if not taken:
+            return got
+    raise AssertionError(f"the kernel reclaimed pages of the test's files in each of {tries} runs "
+                         f"({taken} in the last): a test of exact residency cannot judge them")
 
 
 def evict(path) -> None:

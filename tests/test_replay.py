@@ -12,7 +12,7 @@ import pytest
 
 from conftest import have_loop, require
 from replay_helpers import (KIB, PAGE, REPLAY, build, cached_pages, device_range, evict, make_app,
-                            run_replayer, save)
+                            run_replayer, save, without_reclaim)
 from warmstart.db import open_db
 from warmstart.db.schedules import load_active_schedule
 from warmstart.formats.wsr import verify
@@ -250,30 +250,39 @@ def test_overhead_is_small(files, tmp_path):
         assert st["t_first_io_ns"] < 10_000_000, (engine, st["t_first_io_ns"])
 
 
+def _judged_at_exit(files, export, mode, app_code):
+    """From a cold cache but for f1's first 256 KiB (cached by someone else before the launch),
+    run app_code alongside a replay in `mode` with --judge-at-exit: the replayer's exit record.
+    Again if the kernel reclaimed pages of the files meanwhile (without_reclaim)."""
+    def attempt():
+        for p in files:
+            evict(p)
+        with open(files[1], "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+            os.pread(f.fileno(), 256 * KIB, 0)
+        assert cached_pages(files[1], 0, 1024 * KIB) == 256 * KIB // PAGE
+        app = subprocess.Popen([sys.executable, "-c", app_code, str(files[0])])
+        try:
+            rc, st, err = run_replayer(export, "--mode", mode, "--pid", str(app.pid), "--judge-at-exit", "10")
+        finally:
+            app.wait()
+        assert rc == 0, err
+        return st["exit"]
+    x = without_reclaim(attempt, files)
+    assert x["exited"] and x["files_checked"] == 3, x
+    return x
+
+
 def test_exit_check_counts_only_the_launchs_own_misses(files, tmp_path):
     """--judge-at-exit: pages outside the schedule cached before the replay opened the file (a
     shared library's pages kept mapped by running processes survive a cache drop) are not the
     launch's misses; pages the app itself read outside the schedule are."""
     conn = open_db(tmp_path / "db")
     export = build(conn, files, [[(0, 0, 64), (1, 512, 128)]], tmp_path)
-    for p in files:
-        evict(p)
-    with open(files[1], "rb") as f:      # cached by someone else before the launch
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
-        os.pread(f.fileno(), 256 * KIB, 0)
-    assert cached_pages(files[1], 0, 1024 * KIB) == 256 * KIB // PAGE
     # the app: waits for the replay, then reads 100 KiB of f0 the schedule does not have
-    app = subprocess.Popen([sys.executable, "-c", (
+    x = _judged_at_exit(files, export, "reorder", (
         "import os, sys, time; time.sleep(0.5); fd = os.open(sys.argv[1], os.O_RDONLY); "
-        "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM); os.pread(fd, 100 * 1024, 900 * 1024)"),
-        str(files[0])])
-    try:
-        rc, st, err = run_replayer(export, "--mode", "reorder", "--pid", str(app.pid), "--judge-at-exit", "10")
-    finally:
-        app.wait()
-    assert rc == 0, err
-    x = st["exit"]
-    assert x["exited"] and x["files_checked"] == 3, x
+        "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM); os.pread(fd, 100 * 1024, 900 * 1024)"))
     assert x["scheduled_resident_bytes"] == (64 + 128) * KIB, x
     assert x["missed_bytes"] == 100 * KIB, x                # the app's own read, not f1's older pages
     assert x["outside_at_open_bytes"] == 256 * KIB, x
@@ -284,19 +293,7 @@ def test_exit_check_takes_no_baseline_once_the_app_runs(files, tmp_path):
     what is cached outside the ranges by then may be the app's own reads: nothing is subtracted."""
     conn = open_db(tmp_path / "db")
     export = build(conn, files, [[(0, 0, 64), (1, 512, 128)]], tmp_path)
-    for p in files:
-        evict(p)
-    with open(files[1], "rb") as f:      # cached before the replay opens the file
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
-        os.pread(f.fileno(), 256 * KIB, 0)
-    app = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
-    try:
-        rc, st, err = run_replayer(export, "--mode", "interleave", "--pid", str(app.pid), "--judge-at-exit", "10")
-    finally:
-        app.wait()
-    assert rc == 0, err
-    x = st["exit"]
-    assert x["exited"] and x["files_checked"] == 3, x
+    x = _judged_at_exit(files, export, "interleave", "import time; time.sleep(0.5)")
     assert x["outside_at_open_bytes"] == 0, x
     assert x["missed_bytes"] == 256 * KIB, x
 
