@@ -8,6 +8,7 @@ dropped before each launch (other engineers share the machine: drop_caches is gl
 
 import json
 import os
+import re
 import stat
 import statistics
 import subprocess
@@ -100,7 +101,9 @@ def hookenv(tmp_path, emu_system):
         assert not pid.exists(), "warmstartd still has a pidfile after uninstall"
 
 
-START_ALLOW_MS = 200   # WS_START_ALLOW_MS (launchd-hook/index.h)
+# how long the daemon waits for a replayer's "start" beyond the hold, as the C code defines it
+START_ALLOW_MS = int(re.search(r"#define WS_START_ALLOW_MS (\d+)u?\b",
+                               (REPO / "launchd-hook" / "index.h").read_text()).group(1))
 
 
 def hold_deadline_ms(event, hold_ms):
