@@ -71,16 +71,25 @@ static char worker_state(pid_t pid)
 }
 
 /* Where a hung worker is, for the log: its state, the system call it is in, and the kernel
- * functions it waits in ("a < b < c", innermost first; root reads /proc/PID/stack). */
+ * functions it waits in ("a < b < c", innermost first; root reads /proc/PID/stack). A task on a
+ * CPU has no stack to read: a worker just woken from its poll (or a busy CPU's runnable one) is
+ * looked at again, up to 10 times 1 ms apart; one never found waiting in the kernel is "not in
+ * the kernel" (running its own code: a hang in warmstartd, not in a system call). */
 static void where_stuck(pid_t pid, char *out, size_t size)
 {
 	char sys[256], stack[2048], *line, *save = NULL;
 	size_t len;
 	int frames = 0;
 
-	read_proc(pid, "syscall", sys, sizeof(sys));
+	for (int look = 0; look < 10; look++) {
+		if (look)
+			usleep(1000);
+		read_proc(pid, "stack", stack, sizeof(stack));
+		read_proc(pid, "syscall", sys, sizeof(sys));
+		if (strchr(stack, ' '))
+			break;
+	}
 	sys[strcspn(sys, " \n")] = '\0';
-	read_proc(pid, "stack", stack, sizeof(stack));
 	len = (size_t)snprintf(out, size, "state %c, syscall %s, kernel stack:", worker_state(pid),
 			       sys[0] ? sys : "?");
 	for (line = strtok_r(stack, "\n", &save); line && frames < 8 && len < size;
@@ -93,7 +102,7 @@ static void where_stuck(pid_t pid, char *out, size_t size)
 		len += (size_t)snprintf(out + len, size - len, "%s%s", frames++ ? " <" : "", fn);
 	}
 	if (!frames && len < size)
-		snprintf(out + len, size - len, " ?");
+		snprintf(out + len, size - len, " none (not in the kernel)");
 }
 
 static pid_t start_worker(const struct ws_options *opt, struct ws_heartbeat *hb, pid_t watchdog)

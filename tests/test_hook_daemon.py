@@ -394,10 +394,11 @@ def test_a_missed_heartbeat_is_killed_and_logged_with_where_it_waited(live):
     log = live.log.read_text()
     kills = re.findall(r"missed its heartbeat for 60 ms \(state (\S), syscall (\S+), kernel stack: ([^)]+)\)", log)
     assert len(kills) == 6 and "restarted 5 times in a minute; giving up" in log, log
-    assert all(stack.strip() != "?" for _, _, stack in kills), kills
     # the idle worker waits in poll: asleep (S), or runnable (R) just woken by its timeout when
-    # a busy CPU had not run it yet (none of the six asleep in one CI run); its stack says poll either way
-    assert all(state in "RS" for state, _, _ in kills) and any("do_sys_poll" in stack for _, _, stack in kills), kills
+    # a busy CPU had not run it yet (none of the six asleep in one CI run); its stack says poll
+    # either way. Caught on a CPU (no stack in /proc), the watchdog looks again (docs/hook.md):
+    # in ten looks 1 ms apart an idle worker is back in its poll.
+    assert all(state in "RS" and "do_sys_poll" in stack for state, _, stack in kills), kills
     elapsed, rc = timed_run([app])
     assert rc == 0 and elapsed < 0.5, elapsed
 
