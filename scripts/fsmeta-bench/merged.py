@@ -13,16 +13,16 @@ Root; the bench must have recorded the apps on XFS with that layout."""
 
 import argparse
 import os
-import re
 import sqlite3
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from order import xfs_inode_sector                        # noqa: E402
 from warmstart.emudisk import EmuDisk                      # noqa: E402
 from warmstart.recorder.coldcache import drop_caches      # noqa: E402
 
@@ -67,7 +67,8 @@ def main():
             ino = {x: os.lstat(x).st_ino for x in dirs + files}      # warm: before the drops
             is_dir = set(dirs)
             by_ino = sorted(dirs + files, key=ino.get)
-            place = inode_sectors(mnt, ino)      # where each lookup reads first: its inode's cluster
+            sector_of = xfs_inode_sector(mnt)
+            place = {x: sector_of(i) for x, i in ino.items()}   # where each lookup reads first
 
             def sweep(fds):
                 for _, p, off, n in ranges:
@@ -129,20 +130,6 @@ def main():
                       f"{[round(x) for x, _ in t]}")
     finally:
         disk.down()
-
-
-def inode_sectors(mnt, ino):
-    """path -> the sector of its inode's cluster, from the inode number and the geometry."""
-    info = subprocess.run(["xfs_info", mnt], capture_output=True, text=True, check=True).stdout
-    agsize = int(re.search(r"agsize=(\d+)", info).group(1))
-    bsize = int(re.search(r"bsize=(\d+)", info).group(1))
-    isize = int(re.search(r"isize=(\d+)", info).group(1))
-    inopblog, agblklog = (bsize // isize).bit_length() - 1, (agsize - 1).bit_length()
-    out = {}
-    for x, i in ino.items():
-        agno, agbno = i >> (inopblog + agblklog), (i >> inopblog) & ((1 << agblklog) - 1)
-        out[x] = (agno * agsize + agbno) * (bsize // 512)
-    return out
 
 
 if __name__ == "__main__":

@@ -42,10 +42,8 @@ def schedule_paths(db, app: str, disk: str, fs: str, mnt: str):
     return [p for p in paths if os.path.isfile(p)]      # the bench's own files are not in the image
 
 
-def xfs_physical_order(mnt: str, dirs, files, ino):
-    """The one pass's steps (an lstat of each directory and file, a listing of each directory)
-    sorted by the disk address each reads first: an inode's cluster from its number and the file
-    system's geometry, a directory's first block from XFS_IOC_GETBMAPX (`xfs_io bmap`)."""
+def xfs_inode_sector(mnt: str):
+    """A function: XFS inode number -> the sector of its cluster, from the file system's geometry."""
     info = subprocess.run(["xfs_info", mnt], capture_output=True, text=True, check=True).stdout
     agsize = int(re.search(r"agsize=(\d+)", info).group(1))
     bsize = int(re.search(r"bsize=(\d+)", info).group(1))
@@ -55,7 +53,14 @@ def xfs_physical_order(mnt: str, dirs, files, ino):
     def inode_sector(i):
         agno, agbno = i >> (inopblog + agblklog), (i >> inopblog) & ((1 << agblklog) - 1)
         return (agno * agsize + agbno) * (bsize // 512)
+    return inode_sector
 
+
+def xfs_physical_order(mnt: str, dirs, files, ino):
+    """The one pass's steps (an lstat of each directory and file, a listing of each directory)
+    sorted by the disk address each reads first: an inode's cluster from its number and the file
+    system's geometry, a directory's first block from XFS_IOC_GETBMAPX (`xfs_io bmap`)."""
+    inode_sector = xfs_inode_sector(mnt)
     steps = [(inode_sector(ino[x]), 0, "stat", x) for x in dirs + files]
     for d in dirs:
         out = subprocess.run(["xfs_io", "-r", "-c", "bmap", d], capture_output=True, text=True).stdout
