@@ -72,9 +72,9 @@ static char worker_state(pid_t pid)
 
 /* Where a hung worker is, for the log: its state, the system call it is in, and the kernel
  * functions it waits in ("a < b < c", innermost first; root reads /proc/PID/stack). A task on a
- * CPU has no stack to read: a worker just woken from its poll (or a busy CPU's runnable one) is
- * looked at again, up to 10 times 1 ms apart; one never found waiting in the kernel is "not in
- * the kernel" (running its own code: a hang in warmstartd, not in a system call). */
+ * CPU has no stack to read (an idle worker just woken from its poll): it is looked at again, up
+ * to 10 times 1 ms apart; one never found waiting in the kernel is "not in the kernel" (running
+ * its own code: a hang in warmstartd, not in a system call). */
 static void where_stuck(pid_t pid, char *out, size_t size)
 {
 	char sys[256], stack[2048], *line, *save = NULL;
