@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from order import xfs_inode_sector                        # noqa: E402
+from order import dirs_on, on_mount, xfs_inode_sector    # noqa: E402
 from warmstart.emudisk import EmuDisk                      # noqa: E402
 from warmstart.recorder.coldcache import drop_caches      # noqa: E402
 
@@ -38,7 +38,7 @@ def schedule(db, name: str, mnt: str):
     for no, p in db.execute("SELECT file_no, path FROM schedule_files WHERE schedule_id = ?", sid):
         p = os.fsdecode(p)
         if "/mnt/" in p:
-            paths[no] = mnt + p[p.index("/mnt/") + 4:]
+            paths[no] = on_mount(p, mnt)
     ranges = [(sector, paths[no], off, n) for sector, no, off, n in db.execute(
         "SELECT sector, file_no, file_offset, length FROM schedule_ranges WHERE schedule_id = ? "
         "AND file_no IS NOT NULL ORDER BY sector", sid) if no in paths and os.path.isfile(paths[no])]
@@ -61,9 +61,7 @@ def main():
         for app in a.apps.split(","):
             ranges = schedule(db, f"{app}-{bench_disk}.xfs", mnt)
             files = sorted({p for _, p, _, _ in ranges})
-            dirs = sorted({os.path.dirname(p[:i]) for p in files for i in range(len(mnt) + 1, len(p) + 1)
-                           if p[i - 1:i] == "/"} | {os.path.dirname(p) for p in files})
-            dirs = [d for d in dirs if len(d) >= len(mnt)]
+            dirs = dirs_on(files, mnt)
             ino = {x: os.lstat(x).st_ino for x in dirs + files}      # warm: before the drops
             is_dir = set(dirs)
             by_ino = sorted(dirs + files, key=ino.get)

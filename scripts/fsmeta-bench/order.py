@@ -31,6 +31,18 @@ from warmstart.emudisk import EmuDisk                      # noqa: E402
 from warmstart.recorder.coldcache import drop_caches      # noqa: E402
 
 
+def on_mount(path: str, mnt: str) -> str:
+    """A path of the bench disk's mount (…/mnt/…) moved onto this script's mount point mnt."""
+    return mnt + path[path.index("/mnt/") + 4:]
+
+
+def dirs_on(files, mnt: str):
+    """The directories on the files' paths at or below mnt, sorted."""
+    dirs = sorted({os.path.dirname(p[:i]) for p in files for i in range(len(mnt) + 1, len(p) + 1)
+                   if p[i - 1:i] == "/"} | {os.path.dirname(p) for p in files})
+    return [d for d in dirs if len(d) >= len(mnt)]
+
+
 def schedule_paths(db, app: str, disk: str, fs: str, mnt: str):
     rows = db.execute("SELECT sf.path FROM schedule_files sf JOIN schedules s ON s.id = sf.schedule_id "
                       "JOIN apps a ON a.id = s.app_id WHERE a.name = ? AND s.active = 1",
@@ -38,7 +50,7 @@ def schedule_paths(db, app: str, disk: str, fs: str, mnt: str):
     if not rows:
         sys.exit(f"no active schedule of {app}-{disk}.{fs}: run `warmstart bench --disk {disk} --fs {fs} "
                  f"--apps {app}` first")
-    paths = [mnt + os.fsdecode(p)[os.fsdecode(p).index("/mnt/") + 4:] for (p,) in rows]
+    paths = [on_mount(os.fsdecode(p), mnt) for (p,) in rows]
     return [p for p in paths if os.path.isfile(p)]      # the bench's own files are not in the image
 
 
@@ -97,9 +109,7 @@ def main():
     try:
         for app in a.apps.split(","):
             files = schedule_paths(db, app, bench_disk, a.fs, mnt)
-            dirs = sorted({os.path.dirname(p[:i]) for p in files for i in range(len(mnt) + 1, len(p) + 1)
-                           if p[i - 1:i] == "/"} | {os.path.dirname(p) for p in files})
-            dirs = [d for d in dirs if len(d) >= len(mnt)]
+            dirs = dirs_on(files, mnt)
             ino = {x: os.lstat(x).st_ino for x in dirs + files}      # warm: before the drops
             by_ino = sorted(dirs + files, key=ino.get)
             depth = {d: d.count("/") for d in dirs}
