@@ -1,7 +1,11 @@
 /* The metadata step (see fsmeta.h; docs/replayer.md has the measurements). What a cold launch
  * on XFS or btrfs waits for besides data: path lookups, directory listings and stats read
  * directory blocks and inodes into the file system's own caches (XFS's buffer cache, btrfs's tree
- * blocks), which the pre-buffer's block-device reads never fill. Before any data, in one pass:
+ * blocks), which the pre-buffer's block-device reads never fill. In one pass, split by segment:
+ * each entry just before the ranges of the segment that first needs it (FILE.step_segment: the
+ * first segment reading the file, or under the directory; before the pre-buffer for a file only
+ * looked up and a directory the launch looked names up in), so that what later segments need is
+ * warmed after the release, while the app runs, as their data is:
  *  - every directory on the marked files' paths (the export's WSR_KIND_DIR entries) and every
  *    marked file, all in (st_dev, inode) order: a directory marked WSR_FILE_LIST_DIR is read to
  *    its end with getdents64 (XFS: what the app's own listings, failed lookups and stats of
@@ -43,8 +47,9 @@
 
 #define MAX_DIR_BYTES (1 << 20)   /* of entries read per directory (~20,000 names) */
 
-struct item {
+struct fsmeta_item {
 	uint32_t no;      /* index into files[] */
+	uint32_t seg;     /* FILE.step_segment: warmed just before this segment's ranges */
 	uint32_t later;   /* 0: a file looked up only; 1: a directory, or a file with ranges */
 	uint64_t dev, pos, ino;   /* pos: where its lookup reads its inode (FILE.meta_pos), 0: not known */
 };
@@ -54,12 +59,15 @@ static int cmp_u64(uint64_t a, uint64_t b)
 	return a < b ? -1 : a > b;
 }
 
-/* Entries whose inode's place is not known: the files looked up only, then the rest, each in
- * (dev, inode) order; after them, those whose place is known, in (dev, place, inode) order. */
+/* By step segment; within one, the entries whose inode's place is not known: the files looked up
+ * only, then the rest, each in (dev, inode) order; after them, those whose place is known, in
+ * (dev, place, inode) order. */
 static int by_place(const void *pa, const void *pb)
 {
-	const struct item *a = pa, *b = pb;
-	int c = cmp_u64(a->pos != 0, b->pos != 0);
+	const struct fsmeta_item *a = pa, *b = pb;
+	int c = cmp_u64(a->seg, b->seg);
+	if (!c)
+		c = cmp_u64(a->pos != 0, b->pos != 0);
 	if (!c && !a->pos)
 		c = cmp_u64(a->later, b->later);
 	if (!c)
@@ -146,52 +154,75 @@ static void warm_ranged(uint32_t no, const uint64_t *offsets, uint32_t n, fsmeta
 	}
 }
 
-int fsmeta_warm(const struct wsr_schedule *s, fsmeta_open_fn open_file, void *ctx, struct fsmeta_stats *st)
+int fsmeta_plan(const struct wsr_schedule *s, struct fsmeta_pass *p)
 {
-	uint32_t n = 0, nmarked = 0;
+	*p = (struct fsmeta_pass){ .s = s };
+	uint32_t nmarked = 0;
 	for (uint32_t i = 0; i < s->nfiles; i++)
 		nmarked += marked(&s->files[i]);
 	if (!nmarked)
 		return 0;
-	struct item *items = malloc(s->nfiles * sizeof(*items));
+	p->items = malloc(s->nfiles * sizeof(*p->items));
 	/* each file's range offsets, grouped by file (first[no] .. first[no + 1]) */
-	uint32_t *first = calloc((size_t)s->nfiles + 1, sizeof(*first));
-	uint64_t *offsets = malloc((s->nranges ? s->nranges : 1) * sizeof(*offsets));
-	if (!items || !first || !offsets) {
-		free(items);
-		free(first);
-		free(offsets);
+	p->first = calloc((size_t)s->nfiles + 1, sizeof(*p->first));
+	p->offsets = malloc((s->nranges ? s->nranges : 1) * sizeof(*p->offsets));
+	if (!p->items || !p->first || !p->offsets) {
+		fsmeta_free(p);
 		return -ENOMEM;
 	}
+	uint32_t *first = p->first;
 	for (uint32_t r = 0; r < s->nranges; r++)
 		first[s->ranges[r].file_no + 1]++;
 	for (uint32_t i = 0; i < s->nfiles; i++)
 		first[i + 1] += first[i];
 	for (uint32_t r = 0; r < s->nranges; r++) {
 		uint32_t no = s->ranges[r].file_no;
-		offsets[first[no]++] = s->ranges[r].offset;   /* first[no] now runs to the end of no's */
+		p->offsets[first[no]++] = s->ranges[r].offset;   /* first[no] now runs to the end of no's */
 	}
 	for (uint32_t i = s->nfiles; i > 0; i--)
 		first[i] = first[i - 1];
 	first[0] = 0;
 	for (uint32_t i = 0; i < s->nfiles; i++)
 		if (in_pass(&s->files[i]))
-			items[n++] = (struct item){ i, !(marked(&s->files[i]) && first[i + 1] == first[i]),
-						    s->files[i].dev, s->files[i].meta_pos, s->files[i].ino };
-	qsort(items, n, sizeof(*items), by_place);
-	uint64_t t0 = mono_ns();
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t no = items[k].no, nr = first[no + 1] - first[no];
-		if (marked(&s->files[no]) && nr) {
-			qsort(offsets + first[no], nr, sizeof(*offsets), by_u64);
-			warm_ranged(no, offsets + first[no], nr, open_file, ctx, st);
-		} else {
-			warm_one(&s->files[no], st);
-		}
-	}
-	st->pass_ns = mono_ns() - t0;
-	free(items);
-	free(first);
-	free(offsets);
+			p->items[p->n++] = (struct fsmeta_item){ i, s->files[i].step_segment,
+								 !(marked(&s->files[i]) && first[i + 1] == first[i]),
+								 s->files[i].dev, s->files[i].meta_pos, s->files[i].ino };
+	qsort(p->items, p->n, sizeof(*p->items), by_place);
+	for (uint32_t i = 0; i < s->nfiles; i++)
+		if (first[i + 1] > first[i])
+			qsort(p->offsets + first[i], first[i + 1] - first[i], sizeof(*p->offsets), by_u64);
 	return 0;
+}
+
+bool fsmeta_pending(const struct fsmeta_pass *p, uint32_t seg)
+{
+	return p->next < p->n && p->items[p->next].seg <= seg;
+}
+
+uint32_t fsmeta_warm(struct fsmeta_pass *p, uint32_t seg, fsmeta_open_fn open_file, void *ctx,
+		     struct fsmeta_stats *st)
+{
+	const struct wsr_schedule *s = p->s;
+	uint32_t from = p->next;
+	uint64_t t0 = mono_ns();
+	for (; fsmeta_pending(p, seg); p->next++) {
+		uint32_t no = p->items[p->next].no, nr = p->first[no + 1] - p->first[no];
+		if (marked(&s->files[no]) && nr)
+			warm_ranged(no, p->offsets + p->first[no], nr, open_file, ctx, st);
+		else
+			warm_one(&s->files[no], st);
+	}
+	st->pass_ns += mono_ns() - t0;
+	return p->next - from;
+}
+
+void fsmeta_free(struct fsmeta_pass *p)
+{
+	free(p->items);
+	free(p->first);
+	free(p->offsets);
+	p->items = NULL;
+	p->first = NULL;
+	p->offsets = NULL;
+	p->n = p->next = 0;
 }

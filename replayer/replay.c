@@ -80,6 +80,7 @@ struct ctx {
 	bool *ever_opened;
 	bool *submitted;      /* per range: handed to the engine (what the release waits for) */
 	uint64_t budget;      /* bytes still allowed by the memory-pressure policy */
+	struct fsmeta_pass meta;   /* the metadata step, warmed segment by segment */
 };
 
 static void close_all(struct ctx *c)
@@ -318,13 +319,22 @@ static void fetch_range(struct ctx *c, const struct wsr_range *r, struct seg_sta
 	}
 }
 
-/* The metadata step (fsmeta.c): every marked file and the directories on their paths, before any data. */
-static int metadata_step(struct ctx *c)
+/* The metadata step (fsmeta.c): the marked files and the directories on their paths whose step
+ * segment is <= seg, before that segment's data; counted in the stats of segment `at`. */
+static void metadata_step(struct ctx *c, uint32_t seg, uint32_t at)
 {
+	if (!fsmeta_pending(&c->meta, seg))
+		return;
 	uint64_t t0 = mono_ns();
-	int rc = fsmeta_warm(c->s, meta_open, c, &c->st->meta);
-	c->st->meta.ns = mono_ns() - t0;
-	return rc;
+	uint32_t n = fsmeta_warm(&c->meta, seg, meta_open, c, &c->st->meta);
+	uint64_t t = mono_ns() - t0;
+	c->st->meta.ns += t;
+	if (!c->st->released)
+		c->st->meta.prebuffer_ns += t;
+	if (at < c->st->nsegs) {
+		c->st->segs[at].meta_entries += n;
+		c->st->segs[at].t_meta_ns += t;
+	}
 }
 
 /* The plan in order: release the app at the release point, time each segment, look at memory
@@ -349,6 +359,7 @@ static void fetch_plan(struct ctx *c, const uint32_t *order, uint32_t release_at
 				since_check = 0;
 			}
 			cur_seg = (int)k;
+			metadata_step(c, k, k);   /* what this segment's data needs first (segmented mode) */
 		}
 		if (since_check >= PRESSURE_EVERY) {
 			check_pressure(c, i, st->bytes_scheduled - fetched_plan);
@@ -378,13 +389,21 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 	} else {
 		raise_fd_limit();
 		uint32_t release_at = replay_plan(s, o->mode, order);
+		bool segmented = o->mode == MODE_SEGMENTED;
 		count_plan(&c, order, release_at);
+		/* the metadata the block-device ranges cannot warm: segmented, each segment's share before
+		 * its data (segment 1's before the release, even with no range in it); otherwise all of it
+		 * before any data */
+		rc = fsmeta_plan(s, &c.meta);
+		if (segmented)
+			metadata_step(&c, 0, 0);
 		if (release_at == 0)
 			release(&c, order, 0);   /* interleave (or an empty pre-buffer): the app runs alongside */
 		check_pressure(&c, 0, st->bytes_scheduled);
-		/* the metadata the block-device ranges cannot warm, all of it before any data */
-		rc = metadata_step(&c);
+		if (!segmented)
+			metadata_step(&c, UINT32_MAX, 0);
 		fetch_plan(&c, order, release_at);
+		metadata_step(&c, UINT32_MAX, st->nsegs - 1);    /* entries of segments with no range left */
 		release(&c, order, release_at);   /* no-op unless everything was before the release point */
 		e->drain(e);
 	}
@@ -396,6 +415,7 @@ int replay_run(const struct wsr_schedule *s, struct engine *e, const struct repl
 	free(c.fds);
 	free(c.ever_opened);
 	free(c.submitted);
+	fsmeta_free(&c.meta);
 	free(order);
 	st->end_mono_ns = mono_ns();
 	return rc;

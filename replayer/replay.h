@@ -36,7 +36,8 @@ struct decision {
 
 struct seg_stat {
 	uint32_t idx, ranges, ranges_fetched;
-	uint64_t bytes, bytes_fetched, t_start_ns, t_end_ns;
+	uint32_t meta_entries;   /* of the metadata step, warmed just before this segment's data */
+	uint64_t bytes, bytes_fetched, t_start_ns, t_end_ns, t_meta_ns;
 };
 
 struct replay_stats {

@@ -72,10 +72,11 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 		st->files_denied, st->files_other, st->noatime_fallbacks);
 	fprintf(f, " \"meta_files_looked_up\": %u, \"meta_dirs_listed\": %u, \"meta_dirs_looked_up\": %u, "
 		"\"meta_errors\": %u, \"meta_files_opened\": %u, \"meta_ranges_sought\": %u, \"meta_dirents_bytes\": %llu, "
-		"\"t_meta_pass_ns\": %llu, \"t_meta_ns\": %llu,\n",
+		"\"t_meta_pass_ns\": %llu, \"t_meta_ns\": %llu, \"t_meta_prebuffer_ns\": %llu,\n",
 		st->meta.files_looked_up, st->meta.dirs_listed, st->meta.dirs_looked_up, st->meta.errors,
 		st->meta.files_opened, st->meta.ranges_sought, (unsigned long long)st->meta.dirents_bytes,
-		(unsigned long long)st->meta.pass_ns, (unsigned long long)st->meta.ns);
+		(unsigned long long)st->meta.pass_ns, (unsigned long long)st->meta.ns,
+		(unsigned long long)st->meta.prebuffer_ns);
 	fprintf(f, " \"start_mono_ns\": %llu, \"first_io_mono_ns\": %llu, \"t_first_io_ns\": %llu, "
 		"\"t_prebuffer_ns\": %llu, \"t_total_ns\": %llu,\n",
 		(unsigned long long)st->start_mono_ns, (unsigned long long)st->first_io_mono_ns,
@@ -100,10 +101,12 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 	for (unsigned i = 0; i < st->nsegs && st->segs; i++) {
 		const struct seg_stat *g = &st->segs[i];
 		fprintf(f, "%s{\"idx\": %u, \"ranges\": %u, \"ranges_fetched\": %u, \"bytes\": %llu, "
-			"\"bytes_fetched\": %llu, \"t_start_ns\": %llu, \"t_end_ns\": %llu}",
+			"\"bytes_fetched\": %llu, \"t_start_ns\": %llu, \"t_end_ns\": %llu, \"meta_entries\": %u, "
+			"\"t_meta_ns\": %llu}",
 			i ? ",\n   " : "", g->idx, g->ranges, g->ranges_fetched,
 			(unsigned long long)g->bytes, (unsigned long long)g->bytes_fetched,
-			(unsigned long long)g->t_start_ns, (unsigned long long)g->t_end_ns);
+			(unsigned long long)g->t_start_ns, (unsigned long long)g->t_end_ns, g->meta_entries,
+			(unsigned long long)g->t_meta_ns);
 	}
 	fprintf(f, "]");
 	if (ri->exit) {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsmeta.h"
 #include "pathopen.h"
 #include "pressure.h"
 #include "replay.h"
@@ -41,6 +42,46 @@ static void test_plan(void)
 	r[1].sector = 1;
 	replay_plan(&s, MODE_REORDER, o);
 	CHECK(o[0] == 1 && o[3] == 0, "large LBAs sort correctly");
+}
+
+static uint32_t opened[8], nopened;
+
+static int record_open(void *ctx, uint32_t no)
+{
+	(void)ctx;
+	if (nopened < 8)
+		opened[nopened++] = no;
+	return -1;   /* as a file that changed: nothing more to do with it */
+}
+
+/* The metadata step warms each entry just before the segment its FILE.step_segment names, in
+ * disk order within a segment: a file first read in segment 2 is not opened with segment 1's,
+ * though its inode comes first on the disk. */
+static void test_fsmeta_by_segment(void)
+{
+	struct wsr_file f[3] = {
+		{ .path = "/", .path_len = 1, .kind = WSR_KIND_FILE, .flags = WSR_FILE_WARM_META, .ino = 50, .step_segment = 0 },
+		{ .path = "/", .path_len = 1, .kind = WSR_KIND_FILE, .flags = WSR_FILE_WARM_META, .ino = 10, .step_segment = 1 },
+		{ .path = "/", .path_len = 1, .kind = WSR_KIND_FILE, .flags = WSR_FILE_WARM_META, .ino = 30, .step_segment = 0 },
+	};
+	struct wsr_segment g[2] = { { 1, 0, 2, 0, 0 }, { 2, 2, 1, 0, 0 } };
+	struct wsr_range r[3] = {
+		{ .file_no = 0, .segment = 0, .length = 1 },
+		{ .file_no = 2, .segment = 0, .length = 1 },
+		{ .file_no = 1, .segment = 1, .length = 1 },
+	};
+	struct wsr_schedule s = { .nfiles = 3, .nsegments = 2, .nranges = 3, .files = f, .segments = g, .ranges = r };
+	struct fsmeta_pass p;
+	struct fsmeta_stats st = { 0 };
+
+	CHECK(fsmeta_plan(&s, &p) == 0 && p.n == 3, "three entries in the pass");
+	nopened = 0;
+	CHECK(fsmeta_warm(&p, 0, record_open, NULL, &st) == 2 && nopened == 2 && opened[0] == 2 && opened[1] == 0,
+	      "segment 1's entries, in inode order, and only those");
+	CHECK(!fsmeta_pending(&p, 0) && fsmeta_pending(&p, 1), "segment 2's entry left for segment 2");
+	CHECK(fsmeta_warm(&p, 1, record_open, NULL, &st) == 1 && nopened == 3 && opened[2] == 1, "then segment 2's");
+	CHECK(!fsmeta_pending(&p, UINT32_MAX), "nothing left");
+	fsmeta_free(&p);
 }
 
 static void test_pressure(void)
@@ -138,6 +179,7 @@ static void test_path_open(void)
 int main(void)
 {
 	test_plan();
+	test_fsmeta_by_segment();
 	test_pressure();
 	test_residency();
 	test_path_open();

@@ -64,7 +64,8 @@ static void check_vector(const struct wsr_vector *v)
 		const struct wsr_file *a = &s.files[i], *b = &v->files[i];
 		snprintf(what, sizeof(what), "%s: file %u", v->file, i);
 		CHECK(a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns &&
-		      a->kind == b->kind && a->flags == b->flags && a->meta_pos == b->meta_pos && a->path_len == b->path_len && !memcmp(a->path, b->path, b->path_len), what);
+		      a->kind == b->kind && a->flags == b->flags && a->meta_pos == b->meta_pos &&
+		      a->step_segment == b->step_segment && a->path_len == b->path_len && !memcmp(a->path, b->path, b->path_len), what);
 	}
 	for (uint32_t i = 0; i < s.nsegments && i < v->nsegments; i++) {
 		const struct wsr_segment *a = &s.segments[i], *b = &v->segments[i];

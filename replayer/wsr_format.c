@@ -115,6 +115,7 @@ static const char *parse_files(const unsigned char *p, const char *strings, uint
 		f->kind = GET(p, FILE, KIND);
 		f->flags = GET(p, FILE, FLAGS);
 		f->meta_pos = GET(p, FILE, META_POS);
+		f->step_segment = GET(p, FILE, STEP_SEGMENT);
 		if (f->kind > WSR_KIND_DIR)
 			return "file entry with an unknown kind";
 		if (f->flags & ~(uint32_t)WSR_FILE_FLAGS)
@@ -123,6 +124,8 @@ static const char *parse_files(const unsigned char *p, const char *strings, uint
 			return "warm-metadata flag on a block device or directory";
 		if (f->kind != WSR_KIND_DIR && (f->flags & WSR_FILE_LIST_DIR))
 			return "list-directory flag on a file or block device";
+		if (f->step_segment && f->step_segment >= out->nsegments)
+			return "file entry's step segment past the last segment";
 		if ((uint64_t)off + f->path_len > strtab || f->path_len == 0 || f->path_len > WSR_MAX_PATH)
 			return "file path outside the string table";
 		if (memchr(strings + off, 0, f->path_len))

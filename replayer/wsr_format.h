@@ -23,6 +23,7 @@ struct wsr_file {
 	uint32_t kind;       /* WSR_KIND_* */
 	uint32_t flags;      /* WSR_FILE_* bits */
 	uint64_t meta_pos;   /* the metadata step's order within a device (0: by inode) */
+	uint32_t step_segment;   /* the metadata step warms it just before this segment's ranges */
 };
 
 struct wsr_segment {

@@ -130,6 +130,44 @@ def test_metadata_step_warms_the_file_system_itself(fs, request, tmp_path):
         assert step["meta_dirs_listed"] == 0 and step["meta_dirs_looked_up"] >= len(dirs), stats
 
 
+@pytest.mark.parametrize("fs", ["xfs", "btrfs"])
+def test_each_segment_warms_the_metadata_its_data_needs_after_the_release(fs, request, tmp_path):
+    """The metadata step is split by segment (FILE.step_segment): what only segment 2's file needs
+    (the file, and the directories on its path no segment-1 file shares) is warmed after the app's
+    release, just before segment 2's data, where a launch computes while later segments arrive;
+    the rest before the pre-buffer. In reorder mode (one segment) all of it comes first. Either
+    way, afterwards the stats of every directory and file cost no read."""
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    disk = request.getfixturevalue(f"emu_{fs}")
+    dirs, files = _tree(disk, f"{fs}-split", request, tmp_path)
+    conn = open_db(tmp_path / "db")
+    make_app(conn, "t", [sys.executable])
+    first, second = (scheduled_file(p) for p in files)
+    save(conn, "t", [[file_range(first, 0, 4096)], [file_range(second, 0, 4096)]], [first, second])
+    sched = load_active_schedule(conn, "t")
+    assert {f.step_segment for f in contents(sched).files} == {0}    # no step modelled by segment: all first
+    sched.params["metadata_step"] = {"reads": [], "t_s": 0.0, "segments": [[], []], "segments_s": [0.0, 0.0]}
+    c = contents(sched)
+    later = {f.path for f in c.files if f.step_segment == 1}
+    assert later == {second.path, os.fsencode(dirs[2]), os.fsencode(dirs[4])}, later
+    assert all(f.step_segment == 0 for f in c.files if f.path not in later)
+    export = write_export(sched, tmp_path / "s.wsr").path
+    listing = fs == "xfs"
+    for mode in ("segmented", "reorder"):
+        disk.drop_caches()
+        rc, st, err = run_replayer(export, "--mode", mode)
+        assert rc == 0 and st["status"] == "ok" and st["meta_errors"] == 0, err
+        segs = st["segments"]
+        if mode == "segmented":
+            assert [g["meta_entries"] for g in segs] == [len(c.files) - 3, 3], segs
+            assert segs[1]["t_start_ns"] >= st["t_prebuffer_ns"], st          # after the release
+            assert 0 < st["t_meta_prebuffer_ns"] < st["t_meta_ns"], st
+        else:
+            assert [g["meta_entries"] for g in segs] == [len(c.files)], segs
+            assert st["t_meta_prebuffer_ns"] == st["t_meta_ns"], st
+        assert _walk_reads(disk, dirs, files, listing) == 0, (mode, st)
+
+
 def _inotify_watches(paths):
     """An inotify fd watching every path, as warmstartd watches every scheduled file: each watch
     holds its inode in memory through a drop of the caches. Close it to let them go."""
@@ -265,10 +303,11 @@ def test_no_block_device_ranges_where_they_cannot_help(fs, request, tmp_path):
 
 @pytest.mark.parametrize("fs", ["xfs", "btrfs"])
 def test_t_exp_and_the_hold_count_the_metadata_step(fs, request, tmp_path):
-    """On XFS and btrfs the replayer reads metadata through the file system before its first
-    segment: the schedule models that step from the launch's own metadata reads, and its t_exp,
-    `show` and the exec hold count it (a schedule without it: "far above t_exp" verdicts and
-    holds released before the pre-buffer was read)."""
+    """On XFS and btrfs the replayer reads metadata through the file system before each segment's
+    data: the schedule models that step from the launch's own metadata reads, each segment's share
+    in its t_i, so its t_exp, `show` and the exec hold (the first segment's share) count it (a
+    schedule without it: "far above t_exp" verdicts and holds released before the pre-buffer was
+    read)."""
     from warmstart.db.recordings import recorded_launch_s
     from warmstart.hook.config import HookConfig
     from warmstart.hook.entries import build_index, hold_ms_for
@@ -285,17 +324,24 @@ def test_t_exp_and_the_hold_count_the_metadata_step(fs, request, tmp_path):
     # its time on the disk's profile (not the root disk's, where `cat` and its libraries are):
     # a few ms per read on an emulated 7200 rpm disk
     assert 0.001 * len(step["reads"]) < step["t_s"] < 0.03 * len(step["reads"]), step
-    assert sched.metadata_step_s == step["t_s"]
-    assert sched.t_exp_s > step["t_s"] + sum(g.cpu_s for g in sched.segments)
-    assert sched.prebuffer_s == pytest.approx(step["t_s"] + sched.segments[0].t_disk_s)
-    # the exec's hold: hold_factor x (the step + segment 1), capped by the cold launch
+    # split by segment, every read in one segment's share (runs merged within a segment only)
+    shares = step["segments_s"]
+    assert len(shares) == len(sched.segments) and step["t_s"] <= sum(shares) < 1.5 * step["t_s"], step
+    def sectors(runs):
+        return {(d, x) for d, s, n in runs for x in range(s, s + n)}
+
+    assert sectors(r for rs in step["segments"] for r in rs) == sectors(step["reads"])
+    assert sched.metadata_step_s == 0 and all(g.t_disk_s >= t for g, t in zip(sched.segments, shares))
+    assert sched.t_exp_s >= sum(g.t_disk_s for g in sched.segments) >= sum(shares)
+    assert sched.prebuffer_s == pytest.approx(sched.segments[0].t_disk_s)
+    # the exec's hold: hold_factor x segment 1 (its step's share inside), capped by the cold launch
     cfg = HookConfig(hold_factor=1.0, max_hold_fraction=1.0, min_hold_ms=0)
     conn = open_db(db)
     index, skipped = build_index(conn, HookPaths(tmp_path, tmp_path / "state", tmp_path / "run", tmp_path / "etc"), cfg)
     assert not skipped and len(index.entries) == 1, skipped
     cold = recorded_launch_s(conn, sched.recording_ids)
     assert index.entries[0].hold_ms == hold_ms_for(sched.prebuffer_s, cold, cfg)
-    assert index.entries[0].hold_ms >= min(cold, step["t_s"] + sched.segments[0].t_disk_s) * 1000
+    assert index.entries[0].hold_ms >= min(cold, sched.segments[0].t_disk_s) * 1000
     show = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), "show", fs],
                           capture_output=True, text=True, timeout=60)
     assert f"metadata step through the file system: {len(step['reads'])} reads" in show.stdout, show.stdout
@@ -316,6 +362,22 @@ def test_the_metadata_step_reads_each_sector_once_in_disk_order(reads):
     asked = []
     metadata_step(reads, lambda dev: asked.append(dev))
     assert sorted(asked) == sorted({d for d, _, _ in reads})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2]), st.integers(0, 300), st.integers(1, 64)), max_size=25),
+       st.lists(st.one_of(st.none(), st.tuples(st.sampled_from([1, 2]), st.integers(0, 400))), max_size=20))
+def test_inline_data_goes_with_the_first_read_of_its_place(reads, places):
+    """analyze.first_accesses: an inline file's range goes with the first p_i that read the place
+    of the last read before the launch added its page (inputs.read_before_first_add); None where
+    none did."""
+    from warmstart.analyzer.analyze import first_accesses
+    from warmstart.analyzer.sequence import Access
+    kept = [Access(d, s, n, 0) for d, s, n in reads]
+    want = [None if p is None else
+            min((i for i, (d, s, n) in enumerate(reads) if d == p[0] and s <= p[1] < s + n), default=None)
+            for p in places]
+    assert first_accesses(kept, places) == want
 
 
 def test_export_marks_the_files_the_analyzer_named():
@@ -616,10 +678,11 @@ def test_on_btrfs_the_inodes_a_launch_only_stated_are_looked_up_too(emu_btrfs, r
 def test_on_btrfs_files_read_with_their_data_inline_are_prefetched(emu_btrfs, request, tmp_path):
     """btrfs keeps a file of up to 2 KiB in its tree (an inline extent, beside the inode): no
     recorded read maps to it, and a launch reading many (git reads each loose object so) read
-    their leaves one at a time. The analysis gives each file the launch read that way a range in
-    the pre-buffer at the leaf holding its data (FileMap.inline_ranges); the metadata step's seek
-    reads that leaf, and the app's reads after the replay then read nothing; without those
-    ranges, the files are in no schedule and their reads read the leaves."""
+    their leaves one at a time. The analysis gives each file the launch read that way a range at
+    the leaf holding its data (FileMap.inline_ranges), in the segment of the last read before
+    the launch added its page (analyze.first_accesses); the metadata step's seek reads that
+    leaf, and the app's reads after the replay then read nothing; without those ranges, the
+    files are in no schedule and their reads read the leaves."""
     require(have_tracefs(), "needs root and tracefs")
     require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
     base = emu_btrfs.mountpoint / f"inline-{os.getpid()}-{tmp_path.name}"
@@ -632,7 +695,7 @@ def test_on_btrfs_files_read_with_their_data_inline_are_prefetched(emu_btrfs, re
     _record_and_analyze(emu_btrfs, db, "inline", [sys.executable, "-S", "-c", SHUFFLED_READER, str(base)])
     sched = load_active_schedule(open_db(db), "inline")
     ours = {f for f in sched.files if f.path.startswith(os.fsencode(base))}
-    inline = [r for r in sched.segments[0].ranges if r.file in ours]
+    inline = [r for g in sched.segments for r in g.ranges if r.file in ours]
     fm = sched.params["filemap"]
     assert len(inline) == len(ours) == 240 and fm["inline_files"] >= 240 and fm["inline_placed"] >= 240, fm
     idx = {f: i for i, f in enumerate(sched.files)}

@@ -235,12 +235,35 @@ def test_t_exp_is_judged_with_the_metadata_step_this_launch_measured(db):
     s = timed(1.6)                                  # 0.5 - 0.1 + 0.2: far above 0.6 s, which says how
     s["t_meta_ns"] = 200_000_000
     _, v = judge(conn, sid, s, cfg)
-    assert v["over_t_exp"] and ("far above t_exp 0.600 s with the metadata step as this launch measured "
-                                "it (0.200 s)") in v["reason"], v
+    assert v["over_t_exp"] and ("far above t_exp 0.600 s with the metadata step before the first segment as "
+                                "this launch measured it (0.200 s)") in v["reason"], v
     s = timed(1.95)
     s["t_meta_ns"] = 1_500_000_000
     _, v = judge(conn, sid, s, cfg)
     assert v["slow"] and v["bad"] and "not clearly faster than cold" in v["reason"], v
+
+
+def test_a_step_split_by_segment_is_judged_by_its_part_before_the_first_segment(db):
+    """A schedule analyzed since the step is split by segment: t_exp 0.5 s holds 0.1 s of step
+    before segment 1's data and 0.3 s in later segments, each inside its segment's t_i, where the
+    app runs alongside. This launch's replayer measured 0.6 s before segment 1 (of 1.5 s in all):
+    t_exp becomes 0.5 - 0.1 + 0.6 = 1.0 s (cold 2.0 s): a 1.4 s launch kept its prediction, a
+    1.6 s one is far above it, which the whole step's 1.5 s in place of the front part (1.9 s
+    expected) would let pass."""
+    conn, sid = db
+    conn.execute("UPDATE schedules SET params_json = json_object('metadata_step', "
+                 "json_object('t_s', 0.4, 'segments_s', json_array(0.1, 0.3)))")
+    cfg = HookConfig(learn="off")
+    cold_recordings(conn, [2.0, 2.0])
+    s = timed(1.4)
+    s["t_meta_ns"], s["t_meta_prebuffer_ns"] = 1_500_000_000, 600_000_000
+    _, v = judge(conn, sid, s, cfg)
+    assert v["over_t_exp"] is False and not v["bad"], v
+    s = timed(1.6)
+    s["t_meta_ns"], s["t_meta_prebuffer_ns"] = 1_500_000_000, 600_000_000
+    _, v = judge(conn, sid, s, cfg)
+    assert v["over_t_exp"] and ("far above t_exp 1.000 s with the metadata step before the first segment as "
+                                "this launch measured it (0.600 s)") in v["reason"], v
 
 
 def test_a_warm_launch_is_not_timed_against_cold(db):

@@ -200,10 +200,13 @@ class Schedule:
 
     @property
     def metadata_step_s(self) -> float:
-        """Modelled time of the replayer's metadata step, before its first segment (XFS, btrfs:
-        analyzer.access.metadata_step; 0 where block-device ranges warm the metadata). Inside
-        t_exp_s; the hold adds it to the pre-buffer."""
-        return float((self.params.get("metadata_step") or {}).get("t_s", 0.0))
+        """Modelled time of the replayer's metadata step outside the segments' t_disk_s (XFS,
+        btrfs: analyzer.access.metadata_step): 0 where block-device ranges warm the metadata, and
+        where each segment's t_disk_s has its share (schedules analyzed since 2026-11-29); before
+        that, the whole step, run before the first segment. Inside t_exp_s; the hold adds it to
+        the pre-buffer."""
+        step = self.params.get("metadata_step") or {}
+        return 0.0 if "segments_s" in step else float(step.get("t_s", 0.0))
 
     @property
     def read_files(self) -> List[ScheduledFile]:

@@ -41,7 +41,7 @@ def wsr_contents(c: dict):
     return wsr.WsrContents(c["schedule_id"],
                            [wsr.WsrFile(raw(f["path"]), f["dev"], f["ino"], f["size"], f["mtime_ns"],
                                         {"file": wsr.KIND_FILE, "blockdev": wsr.KIND_BLOCKDEV, "dir": wsr.KIND_DIR}[f["kind"]],
-                                        f.get("flags", 0), f.get("meta_pos", 0))
+                                        f.get("flags", 0), f.get("meta_pos", 0), f.get("step_segment", 0))
                             for f in c["files"]],
                            [wsr.WsrSegment(**s) for s in c["segments"]],
                            [wsr.WsrRange(**r) for r in c["ranges"]])
@@ -125,7 +125,8 @@ def c_wsr(vectors: dict) -> str:
         c = v["contents"]
         files = (f"{{ .dev = {f['dev']}ull, .ino = {f['ino']}ull, .size = {f['size']}ull, .mtime_ns = {f['mtime_ns']}ll, "
                  f".path = {c_string(raw(f['path']))}, .path_len = {len(raw(f['path']))}, "
-                 f".kind = WSR_KIND_{'BLOCKDEV' if f['kind'] == 'blockdev' else f['kind'].upper()}, .flags = {f.get('flags', 0)}u, .meta_pos = {f.get('meta_pos', 0)}ull }}"
+                 f".kind = WSR_KIND_{'BLOCKDEV' if f['kind'] == 'blockdev' else f['kind'].upper()}, .flags = {f.get('flags', 0)}u, .meta_pos = {f.get('meta_pos', 0)}ull, "
+                 f".step_segment = {f.get('step_segment', 0)}u }}"
                  for f in c["files"])
         segs = (f"{{ .idx = {s['idx']}u, .first_range = {s['first_range']}u, .nranges = {s['nranges']}u, "
                 f".bytes = {s['bytes']}ull, .cpu_ns = {s['cpu_ns']}ull }}" for s in c["segments"])

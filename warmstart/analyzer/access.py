@@ -79,6 +79,25 @@ class CalibratedCost(Cost):
         return self.alpha * self.base(a, b) + self.beta
 
 
+class WithSteps(Cost):
+    """A segment's time in the launch where the replayer warms metadata through the file system
+    (XFS, btrfs): base's DISK_ACCESS of its data, and before it the metadata step's share of the
+    segment, what its accesses need (step_s[i]: p_i's, metadata_step_costs), one read at a time."""
+
+    def __init__(self, base: Cost, step_s: Sequence[float]):
+        super().__init__()
+        self.base = base
+        self.pre = [0.0]
+        for t in step_s:
+            self.pre.append(self.pre[-1] + t)
+
+    def measure(self, a: int, b: int) -> float:
+        return self.base(a, b) + self.pre[b + 1] - self.pre[a]
+
+    def exhausted(self) -> bool:
+        return self.base.exhausted()
+
+
 @dataclass
 class ScheduleCost:
     """A stored schedule on a device profile: its launch time T (segment.pipelined), the fetch
@@ -125,14 +144,18 @@ def schedule_cost(sched: Schedule, profile: DiskProfile, locate: Optional[Locate
     return ScheduleCost(launch, per, requests, seeks)
 
 
-def metadata_step(reads: Sequence[Sequence[int]], profile_of: Callable[[int], Optional[DiskProfile]]) -> dict:
+def metadata_step(reads: Sequence[Sequence[int]], profile_of: Callable[[int], Optional[DiskProfile]],
+                  by_segment: Optional[Sequence[Sequence[Sequence[int]]]] = None) -> dict:
     """The replayer's metadata step (XFS, btrfs: lookups and directory reads through the file
-    system, one at a time, before any data; docs/replayer.md) as the schedule stores it:
-    `reads`, the launch's own reads of that metadata [(block dev, sector, sectors)] each once in
-    disk order (FileMap.fs_meta_reads), and `t_s`, their time on the profile of their device
-    (profile_of(dev); None: not timed), each read an average switch (DiskProfile.scattered_time):
-    the step goes in inode order, which is not these reads' disk order, and waits for each.
-    t_exp and the hold count it: the step runs before the first segment."""
+    system, one at a time; docs/replayer.md) as the schedule stores it: `reads`, the launch's own
+    reads of that metadata [(block dev, sector, sectors)] each once in disk order
+    (FileMap.fs_meta_reads), and `t_s`, their time on the profile of their device (profile_of(dev);
+    None: not timed), each read an average switch (DiskProfile.scattered_time): the step goes in
+    inode order, which is not these reads' disk order, and waits for each. by_segment: the reads
+    of each segment's accesses; the replayer warms each segment's share before its data, so
+    `segments` and `segments_s` give each share, and the segments' t_i and t_exp count them (the
+    hold counts the first). Without it, the step is all before the first segment, outside its t_i
+    (schedules analyzed before 2026-11-29)."""
     runs: List[List[int]] = []
     for dev, sector, n in sorted({tuple(r) for r in reads}):
         if runs and runs[-1][0] == dev and sector <= runs[-1][1] + runs[-1][2]:
@@ -144,7 +167,19 @@ def metadata_step(reads: Sequence[Sequence[int]], profile_of: Callable[[int], Op
         prof = profile_of(dev)
         if prof is not None:
             t += prof.scattered_time([(d, s * 512, n * 512) for d, s, n in runs if d == dev])
-    return {"reads": runs, "t_s": t}
+    out = {"reads": runs, "t_s": t}
+    if by_segment is not None:
+        parts = [metadata_step(r, profile_of) for r in by_segment]
+        out["segments"] = [p["reads"] for p in parts]
+        out["segments_s"] = [p["t_s"] for p in parts]
+    return out
+
+
+def metadata_step_costs(meta_reads: Sequence[Sequence[Sequence[int]]],
+                        profile_of: Callable[[int], Optional[DiskProfile]]) -> List[float]:
+    """Each p_i's share of the metadata step: the time of the launch's metadata reads up to it
+    (analyze.map_sequence), as metadata_step times them; all 0 where the step has nothing to do."""
+    return [metadata_step(r, profile_of)["t_s"] if r else 0.0 for r in meta_reads]
 
 
 def schedule_profile(conn, sched: Schedule) -> Tuple[Optional[int], DiskProfile, str]:
@@ -157,12 +192,16 @@ def remodel(conn, sched: Schedule) -> str:
     modelled with."""
     profile_id, prof, how = schedule_profile(conn, sched)
     cost = schedule_cost(sched, prof)
-    for seg, t in zip(sched.segments, cost.per_segment):
+    per = cost.per_segment
+    step = sched.params.get("metadata_step")
+    if step:
+        step = sched.params["metadata_step"] = metadata_step(step["reads"], lambda dev: model_profile(conn, dev)[1],
+                                                             step.get("segments"))
+        if "segments_s" in step:
+            per = [t + s for t, s in zip(per, step["segments_s"])]
+    for seg, t in zip(sched.segments, per):
         seg.t_disk_s = t
-    if sched.params.get("metadata_step"):
-        sched.params["metadata_step"] = metadata_step(sched.params["metadata_step"]["reads"],
-                                                      lambda dev: model_profile(conn, dev)[1])
-    sched.t_exp_s = cost.launch_s + sched.metadata_step_s
+    sched.t_exp_s = segments_launch_time(per, [seg.cpu_s for seg in sched.segments]) + sched.metadata_step_s
     sched.profile_id = profile_id
     return "modelled: " + how
 

@@ -10,6 +10,7 @@ A device that cannot be opened O_DIRECT makes `disk`/`hybrid` fail with the fix 
 `auto` then falls back to `model` if there is a profile, and says so in the result.
 """
 
+import bisect
 import os
 import time
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from ..model import Range, Schedule, Segment
 from ..errors import WarmstartError
 from ..fs import metadata as fs_metadata
 from . import bound, inputs, probe
-from .access import CalibratedCost, DiskCost, ModelCost, calibration, metadata_step
+from .access import CalibratedCost, DiskCost, ModelCost, WithSteps, calibration, metadata_step, metadata_step_costs
 from .ext4meta import MetadataFinder
 from .filemap import FileMap, Piece
 from .gapmerge import merge_gaps
@@ -45,6 +46,7 @@ class Options:
     recording_ids: Sequence[int] = ()
     allow_lost: bool = False
     metadata_first: bool = True
+    step_by_segment: bool = True              # the metadata step split by segment (False: all before segment 1)
     file_metadata: bool = True                # add each file's open() metadata from the fs (ext4meta)
     gap_merge: bool = True
     trim_unused: bool = True                  # fetch only pages the recorded launch used (page_uses)
@@ -100,10 +102,17 @@ def file_map(conn, rids: Sequence[int], trim_unused: bool = True) -> FileMap:
                    inputs.used_pages(conn, rids) if trim_unused else None, fs_metadata.RawReadPolicy())
 
 
-def map_sequence(seq: LaunchSequence, fmap: FileMap):
-    """Pieces of every p_i; an access with nothing left (deleted file) gives its CPU to the previous.
-    Returns (the accesses kept, their pieces, and for each the launch's reads of XFS/btrfs metadata
-    since the previous one's, its own included: FileMap.fs_meta_reads, for the bound)."""
+def map_sequence(seq: LaunchSequence, fmap: FileMap, keep_fs_meta: bool = True):
+    """Pieces of every p_i. A read of XFS/btrfs metadata (FileMap.fs_meta_reads: the replayer's
+    metadata step reads it through the file system) stays in the sequence as a point in time with
+    no pieces, its CPU after it its own: the step's work is split by segment like the data
+    (metadata_step_costs), and a launch that reads many small files inline in btrfs's tree (git's
+    loose objects) is a sequence of such reads with its CPU between them, not one lump after its
+    last data read (keep_fs_meta=False: dropped like the rest, as before 2026-11-29, when the
+    whole step ran before segment 1). Any other access with nothing left (a deleted file) gives
+    its CPU to the previous. Returns (the accesses kept, their pieces, and for each the launch's
+    reads of XFS/btrfs metadata since the previous one's, its own included: for the bound and
+    the step)."""
     items: List[List[Piece]] = []
     kept: List[Access] = []
     meta: List[List[Tuple[int, int, int]]] = []
@@ -113,7 +122,7 @@ def map_sequence(seq: LaunchSequence, fmap: FileMap):
         seen = len(fmap.fs_meta_reads)
         pieces = fmap.map_access(a)
         pending += fmap.fs_meta_reads[seen:]
-        if not pieces:
+        if not pieces and not (pending and keep_fs_meta):
             if kept:
                 kept[-1].cpu_ns += a.cpu_ns
             else:
@@ -127,6 +136,24 @@ def map_sequence(seq: LaunchSequence, fmap: FileMap):
     if meta:
         meta[-1] += pending
     return kept, items, meta
+
+
+def first_accesses(kept: Sequence[Access], places: Sequence[Optional[Tuple[int, int]]]) -> List[Optional[int]]:
+    """For each recorded read's place (dev, sector), the first p_i that reads it; None for no
+    place, or one no p_i reads (a block the sequence left out)."""
+    spans = sorted((a.dev, a.sector, a.end, i) for i, a in enumerate(kept))
+    starts = [(d, s) for d, s, _, _ in spans]
+    longest = max((e - s for _, s, e, _ in spans), default=0)
+    out: List[Optional[int]] = []
+    for place in places:
+        best = None
+        j = bisect.bisect_right(starts, place) - 1 if place is not None else -1
+        while j >= 0 and spans[j][0] == place[0] and spans[j][1] > place[1] - longest:
+            if spans[j][2] > place[1] and (best is None or spans[j][3] < best):
+                best = spans[j][3]
+            j -= 1
+        out.append(best)
+    return out
 
 
 def add_file_metadata(items: List[List[Piece]]) -> dict:
@@ -200,11 +227,17 @@ class CostSetup:
     model: Optional[ModelCost]
     disk: Optional[DiskCost]
     notes: Dict[str, object]
+    step_s: Sequence[float] = ()      # per p_i: its share of the metadata step (metadata_step_costs)
 
     @property
     def search(self):
-        """The cost the segmentation search runs on."""
-        return self.model if self.method in ("model", "hybrid") else self.disk
+        """The cost the segmentation search runs on, each segment with its metadata step."""
+        return self.timed(self.model if self.method in ("model", "hybrid") else self.disk)
+
+    def timed(self, base):
+        """A segment's time in the launch: `base`'s DISK_ACCESS and the metadata step the replayer
+        runs before the segment's data (access.WithSteps); `base` itself where there is no step."""
+        return WithSteps(base, self.step_s) if any(self.step_s) else base
 
 
 def _check_options(opts: Options) -> None:
@@ -215,7 +248,8 @@ def _check_options(opts: Options) -> None:
 
 
 def cost_setup(conn, items, table: PieceTable, opts: Options, cold_s: float) -> CostSetup:
-    """The device, its profile, whether it can be probed, and the costs to segment with."""
+    """The device, its profile, whether it can be probed, and the costs to segment with (the
+    metadata step's, step_s, are set by the caller: metadata_step_costs)."""
     dev = main_dev(conn, (p for ps in items for p in ps))
     dev_path, prof_row = stored_profile(conn, dev)
     profile_id, prof = prof_row if prof_row else (None, None)
@@ -299,7 +333,8 @@ def segmentation(cpu_s: List[float], recs, opts: Options, cost: CostSetup, say) 
             chosen = _calibrated_search(cost, cpu_s, scales, opts, pre, chosen, compare)
             if compare["paper"]["t_disk_s"] < chosen.t_model:   # the disk decides among all it timed
                 t = compare["paper"]["t_disk_s"]
-                chosen = Result("optimal", res_paper.segments, [cost.disk(a, b) for a, b in res_paper.segments],
+                disk = cost.timed(cost.disk)
+                chosen = Result("optimal", res_paper.segments, [disk(a, b) for a, b in res_paper.segments],
                                 [pre[b + 1] - pre[a] for a, b in res_paper.segments], t, t,
                                 notes={"start": "paper (disk)"})
     return Segmentation(chosen, compare, model_error, cpu_scale, scale_source)
@@ -312,10 +347,11 @@ def _calibrated_search(cost: CostSetup, cpu_s: List[float], scales, opts: Option
     it is faster than the chosen one. The model underrates scattered segments more than one
     long sweep (pycompile, emulated hdd7200: later segments of 3.4 MiB took 0.27 s in the launch,
     0.17 s modelled), so the split it found paid more for its extra sweeps than it hid."""
-    disk, model = cost.disk, cost.model
-    pairs = [(model(*ab), t) for ab, t in disk.measured().items()]
+    pairs = [(cost.model(*ab), t) for ab, t in cost.disk.measured().items()]
     alpha, beta = calibration(pairs)
-    res = optimise(cpu_s, CalibratedCost(model, alpha, beta), time_budget_s=opts.search_budget_s, cpu_scales=scales)
+    disk = cost.timed(cost.disk)
+    res = optimise(cpu_s, cost.timed(CalibratedCost(cost.model, alpha, beta)), time_budget_s=opts.search_budget_s,
+                   cpu_scales=scales)
     measured = launch_time(res.segments, disk, pre)
     compare["calibrated"] = {"alpha": alpha, "beta_s": beta, "segments": len(res.segments),
                              "t_model_s": res.t_model, "t_disk_s": measured, "kept": measured < chosen.t_model}
@@ -328,9 +364,11 @@ def _calibrated_search(cost: CostSetup, cpu_s: List[float], scales, opts: Option
 
 def _confirm_on_disk(cost: CostSetup, chosen: Result, res_paper: Result, res_opt: Optional[Result], pre,
                      compare: Dict[str, dict]) -> Tuple[Result, dict]:
-    """Time the candidates on the disk: the model only chose where to look."""
-    disk, model, n = cost.disk, cost.model, len(pre) - 1
-    disk.deadline = None  # the few confirmation probes always run
+    """Time the candidates on the disk: the model only chose where to look (the model's error is
+    of DISK_ACCESS alone, without the metadata step both add)."""
+    model, n = cost.model, len(pre) - 1
+    cost.disk.deadline = None  # the few confirmation probes always run
+    disk = cost.timed(cost.disk)
     measured = {}
     cands = {"paper": res_paper.segments, "reorder": [(0, n - 1)]}
     if res_opt:
@@ -338,8 +376,8 @@ def _confirm_on_disk(cost: CostSetup, chosen: Result, res_paper: Result, res_opt
     for name, segs in cands.items():
         measured[name] = launch_time(segs, disk, pre)
         compare[name]["t_disk_s"] = measured[name]
-    modelled = {ab: model(*ab) for ab in disk.measured()}
-    errs = [(modelled[ab] - t) / t for ab, t in disk.measured().items() if t > 0]
+    modelled = {ab: model(*ab) for ab in cost.disk.measured()}
+    errs = [(modelled[ab] - t) / t for ab, t in cost.disk.measured().items() if t > 0]
     model_error = {"segments": len(errs), "median": sorted(errs)[len(errs) // 2] if errs else None,
                    "min": min(errs) if errs else None, "max": max(errs) if errs else None}
     if res_opt and measured["reorder"] < measured["optimal"]:
@@ -420,8 +458,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     say("building the launch sequence")
     seq = build_sequence(conn, recs, opts.runs_threshold)                           # 2
     fmap = file_map(conn, rids, opts.trim_unused)                                   # 3
-    kept, items, meta_reads = map_sequence(seq, fmap)
-    if not items:
+    kept, items, meta_reads = map_sequence(seq, fmap, opts.step_by_segment)
+    if not any(items):
         raise WarmstartError(f"nothing left to prefetch for {app_name!r} (no reads, or every file changed "
                              f"since recording: {len(fmap.report.skipped)} skipped): record it again")
     cpu_s = [a.cpu_ns / 1e9 for a in kept]
@@ -430,22 +468,42 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
 
     cold_s = max(r.launch_time_s for r in recs)
     cost = cost_setup(conn, items, table, opts, cold_s)                             # 4
+    profiles: Dict[int, object] = {}
+
+    def profile_of(dev: int):
+        if dev not in profiles:
+            profiles[dev] = cost.prof if dev == cost.dev and cost.prof else model_profile(conn, dev)[1]
+        return profiles[dev]
+
+    if opts.step_by_segment:
+        cost.step_s = metadata_step_costs(meta_reads, profile_of)
     say(f"segmenting {len(items)} requests ({cost.method} probes)")
     seg = segmentation(cpu_s, recs, opts, cost, say)                                # 5
     chosen = seg.chosen
     order = order_segments(chosen, table, cost, opts)                               # 6
     segments = order.segments
-    # files read with their data inline in the metadata (no extent, so in no recorded read):
-    # first in the pre-buffer, each at the place its data is read from; the metadata step's
-    # seek of the file reads it, so the range then costs no disk read
+    # files read with their data inline in the metadata (no extent, so in no recorded read): each
+    # first in the segment of the last read the launch completed before it added the file's page
+    # (else the pre-buffer); the metadata step's seek of the file reads it before that segment's
+    # data, so the range then costs no disk read
     inline = fmap.inline_ranges()
-    if inline and segments:
-        segments[0].ranges[:0] = inline
-        segments[0].bytes += sum(r.length for r in inline)
+    if segments:
+        first, placed = [a for a, _ in chosen.segments], [[] for _ in segments]
+        at = [None] * len(inline)
+        if opts.step_by_segment and inline:
+            keys = [fmap.recorded_key[r.file] for r in inline]
+            before = inputs.read_before_first_add(conn, rids, set(keys))
+            at = first_accesses(kept, [before.get(k) for k in keys])
+        for r, i in zip(inline, at):
+            placed[bisect.bisect_right(first, i) - 1 if i is not None else 0].append(r)
+        for g, rs in zip(segments, placed):
+            g.ranges[:0] = rs
+            g.bytes += sum(r.length for r in rs)
     cut = bound.of_analysis(items, [a.busy_after_ns for a in kept], seg.cpu_scale, cost.prof, cost.dev,
                             meta_reads)
-    meta_step = metadata_step(fmap.fs_meta_reads,
-                              lambda dev: cost.prof if dev == cost.dev and cost.prof else model_profile(conn, dev)[1])
+    meta_step = metadata_step(fmap.fs_meta_reads, profile_of,
+                              [[r for rs in meta_reads[a:b + 1] for r in rs] for a, b in chosen.segments]
+                              if opts.step_by_segment else None)
 
     with_ranges = {r.file for s in segments for r in s.ranges if r.file is not None}
     # looked up by the metadata step, nothing read
@@ -467,7 +525,8 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
               "coverage": [{"recording_id": c.recording_id, "fraction": c.fraction} for c in seq.coverage],
               "lossy_recordings": [r.id for r in lossy], "cpu_scale": seg.cpu_scale, "cpu_placement": seq.cpu_placement,
               "cpu_scale_source": seg.scale_source, "bound": cut.to_json(), "metadata_step": meta_step, **cost.notes}
-    sched = Schedule(None, app_name, chosen.algorithm, cost.method, chosen.t_exp + meta_step["t_s"],
+    sched = Schedule(None, app_name, chosen.algorithm, cost.method,
+                     chosen.t_exp + (0.0 if opts.step_by_segment else meta_step["t_s"]),
                      sum(s.bytes for s in segments), order.waste, rids, segments, used_files, extents,
                      profile_id=cost.profile_id, params=params)
     if opts.save:

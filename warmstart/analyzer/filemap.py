@@ -141,6 +141,7 @@ class FileMap:
         self.extents: Dict[ScheduledFile, List[Extent]] = {}
         # read by the launch, data inline (no extent): (file, its file system, its stat)
         self.inline: List[Tuple[ScheduledFile, object, os.stat_result]] = []
+        self.recorded_key: Dict[ScheduledFile, Tuple[int, int]] = {}   # of those: (dev, ino) as recorded
         # per device: sorted starts, and (start, end, file, logical_bytes, ino_key)
         self._idx: Dict[int, List[Tuple[int, int, ScheduledFile, int, Tuple[int, int]]]] = {}
         for rf in files:
@@ -180,6 +181,7 @@ class FileMap:
         if not exts and st.st_size and (self.added_pages is None or (rf.dev, rf.ino) in self.added_pages) \
                 and _inline(rf.path):
             self.inline.append((sf, fs, st))
+            self.recorded_key[sf] = (rf.dev, rf.ino)
             self.report.inline_files += 1
         recorded = [e for e in rf.extents if mappable(e)] if rf.extents is not None else exts
         moved = [(e.logical, e.physical, e.length) for e in recorded] != \

@@ -1,6 +1,7 @@
 """What the analyzer reads of the database: the app, its voting recordings and their requests,
 files, page uses and page adds, through db/recordings.py and in the shared types (model.py)."""
 
+import bisect
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -77,3 +78,28 @@ def added_pages(conn, rids: Sequence[int]) -> Optional[Dict[Tuple[int, int], Set
         for a in db.load_page_cache_adds(conn, rid):
             out.setdefault((a.dev, a.ino), set()).update(range(a.first_index, a.first_index + a.nr_pages))
     return out or None
+
+
+def read_before_first_add(conn, rids: Sequence[int], keys: Set[Tuple[int, int]]) -> Dict[Tuple[int, int], Tuple[int, int]]:
+    """(dev, ino) of a recorded file -> (dev, sector) of the last read the launch completed
+    before its first page was added to the cache, in the first recording (by id) that added one:
+    where in the launch sequence the file was first needed, as recorded (the place of data inline
+    in btrfs's tree moves on every copy-on-write of its leaf, the recorded reads do not)."""
+    out: Dict[Tuple[int, int], Tuple[int, int]] = {}
+    for rid in sorted(rids):
+        first: Dict[Tuple[int, int], int] = {}
+        for a in db.load_page_cache_adds(conn, rid):
+            key = (a.dev, a.ino)
+            if key in keys and key not in out and key not in first:
+                first[key] = a.t_ns
+        if not first:
+            continue
+        done = sorted((r.complete_ns if r.complete_ns is not None else r.issue_ns, r.dev, r.sector)
+                      for r in requests(conn, rid) if not r.is_write)
+        ends = [t for t, _, _ in done]
+        for key, t in first.items():
+            i = bisect.bisect_right(ends, t) - 1
+            if i >= 0:
+                out[key] = done[i][1:]
+    return out
+

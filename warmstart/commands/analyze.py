@@ -4,6 +4,7 @@ import click
 
 from ..analyzer.analyze import ALGORITHMS, PROBES, Options, analyze as run_analysis
 from ..cli import emit, json_option
+from .show import step_where
 from ..hook import manage as hook_manage
 
 
@@ -15,14 +16,15 @@ def _text(r):
     meta = r.get("metadata_step")
     if meta and meta["reads"]:
         lines.append(f"  metadata step through the file system: {len(meta['reads'])} reads the launch made, "
-                     f"{meta['t_s']:.3f} s modelled (in t_exp, before segment 1)")
+                     f"{step_where(meta)}")
     if r.get("metadata_positions"):
         lines.append(f"  metadata step in the disk order of {r['metadata_positions']} inodes (where copy-on-write "
                      f"has moved them, as of now)")
     fm = r["filemap"]
     if fm.get("inline_files"):
         lines.append(f"  {fm['inline_files']} file(s) read with their data inline in the file system's metadata: "
-                     f"{fm['inline_placed']} placed in the pre-buffer (read by the metadata step's seeks)")
+                     f"{fm['inline_placed']} placed in the segment whose reads first needed them (read by the metadata step's "
+                     f"seeks)")
     looked = r.get("name_lookups") or {}
     if looked.get("dirs"):
         lines.append(f"  directories the launch looked names up in, off the schedule's paths: {looked['listed']} "
@@ -61,6 +63,9 @@ def _text(r):
 @click.option("--no-metadata-first", is_flag=True, help="One LBA sweep per segment (the paper's SORT).")
 @click.option("--no-file-metadata", is_flag=True,
               help="Only the metadata the recording saw, not each file's inode/directory blocks from the fs.")
+@click.option("--step-first", is_flag=True,
+              help="XFS, btrfs: the replayer's metadata step all before segment 1, as before 2026-11-29, "
+                   "not split by segment (to measure the split).")
 @click.option("--no-gap-merge", is_flag=True, help="Do not read through small gaps.")
 @click.option("--keep-unused", is_flag=True,
               help="Also fetch what the recorded launch read but never used (its readahead).")
@@ -70,7 +75,7 @@ def _text(r):
 @json_option
 @click.pass_obj
 def analyze(ctx, name, probe, algorithm, runs_threshold, recording_ids, allow_lost, no_metadata_first,
-            no_file_metadata, no_gap_merge, keep_unused, strip_size, stripe_disks, dry_run, as_json):
+            no_file_metadata, step_first, no_gap_merge, keep_unused, strip_size, stripe_disks, dry_run, as_json):
     """Build the prefetch schedule of app NAME from its recordings.
 
     \b
@@ -82,7 +87,8 @@ def analyze(ctx, name, probe, algorithm, runs_threshold, recording_ids, allow_lo
     """
     opts = Options(probe=probe, algorithm=algorithm, runs_threshold=runs_threshold,
                    recording_ids=recording_ids, allow_lost=allow_lost, metadata_first=not no_metadata_first,
-                   file_metadata=not no_file_metadata, gap_merge=not no_gap_merge, trim_unused=not keep_unused, strip_bytes=strip_size, stripe_disks=stripe_disks,
+                   file_metadata=not no_file_metadata, step_by_segment=not step_first, gap_merge=not no_gap_merge,
+                   trim_unused=not keep_unused, strip_bytes=strip_size, stripe_disks=stripe_disks,
                    save=not dry_run)
     say = None if as_json else (lambda s: click.echo(f"... {s}", err=True))
     r = run_analysis(ctx.db, name, opts, progress=say)

@@ -27,14 +27,22 @@ def _bound_line(b) -> str:
     return f"  lower bound >= {total}: " + "; ".join(parts)
 
 
+def step_where(meta: dict) -> str:
+    """Where a schedule's modelled metadata step (analyzer.access.metadata_step) is counted."""
+    if "segments_s" not in meta:
+        return f"{meta['t_s']:.3f} s modelled (in t_exp, before segment 1)"
+    split = sum(1 for t in meta["segments_s"] if t > 0)
+    return (f"{meta['t_s']:.3f} s modelled, {meta['segments_s'][0]:.3f} s of it before segment 1's data, the rest "
+            f"in {split - (meta['segments_s'][0] > 0)} later segment(s) (each in its t_i)")
+
+
 def _text(s, ranges, b):
     lines = [f"schedule #{s.id} of {s.app_name}: {s.algorithm} / {s.probe}, t_exp {s.t_exp_s:.3f} s, "
              f"{s.total_bytes / 1e6:.1f} MB ({s.waste_bytes / 1e6:.2f} MB waste), {len(s.files)} files"
              + (" [STALE]" if s.stale else ""), _bound_line(b)]
     meta = s.params.get("metadata_step")
     if meta and meta["reads"]:
-        lines.append(f"  metadata step through the file system: {len(meta['reads'])} reads, "
-                     f"{meta['t_s']:.3f} s modelled (in t_exp, before segment 1)")
+        lines.append(f"  metadata step through the file system: {len(meta['reads'])} reads, {step_where(meta)}")
     lines.append(f"  {'seg':>3} {'p':>11} {'ranges':>6} {'MB':>7} {'t_i s':>7} {'cpu s':>7}")
     for g in s.segments:
         lines.append(f"  {g.idx:>3} {g.first_p:>5}-{g.last_p:<5} {len(g.ranges):>6} {g.bytes / 1e6:>7.2f} "

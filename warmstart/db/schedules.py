@@ -146,9 +146,11 @@ def app_of_schedule(conn: sqlite3.Connection, schedule_id: int) -> int:
 
 
 def schedule_t_exp(conn: sqlite3.Connection, schedule_id: int) -> Optional[Tuple[float, float]]:
-    """The schedule's expected launch time (t_exp_s) and the modelled metadata step inside it
-    (0 if none: Schedule.metadata_step_s), None if the schedule is gone."""
-    row = conn.execute("SELECT t_exp_s, json_extract(params_json, '$.metadata_step.t_s') FROM schedules "
+    """The schedule's expected launch time (t_exp_s) and the modelled metadata step before its
+    first segment's data inside it (its share of segment 1, or the whole step where it was all
+    before segment 1: analyzer.access.metadata_step; 0 if none), None if the schedule is gone."""
+    row = conn.execute("SELECT t_exp_s, coalesce(json_extract(params_json, '$.metadata_step.segments_s[0]'), "
+                       "json_extract(params_json, '$.metadata_step.t_s')) FROM schedules "
                        "WHERE id = ?", (schedule_id,)).fetchone()
     return None if row is None else (row[0], float(row[1] or 0.0))
 

@@ -1,7 +1,7 @@
 """The .wsr schedule export: written by warmstart/replay/export.py, read by build/warmstart-replay
 (replayer/wsr_format.c includes the generated build/gen/wsr_layout.h).
 
-    header (64 bytes) | files[nfiles] (56 each) | segments[nsegments] (32 each)
+    header (64 bytes) | files[nfiles] (64 each) | segments[nsegments] (32 each)
     | ranges[nranges] (40 each) | strtab (path bytes, not NUL-terminated)
 
 header_crc32 covers the header with that field zeroed; payload_crc32 covers everything after it.
@@ -16,7 +16,7 @@ from typing import List, NamedTuple
 from . import Field, Format, Record
 
 MAGIC = b"WSREPLAY"
-VERSION = 3                    # 2: FILE.flags (was padding); 3: FILE.meta_pos
+VERSION = 4                    # 2: FILE.flags (was padding); 3: FILE.meta_pos; 4: FILE.step_segment
 KIND_FILE, KIND_BLOCKDEV, KIND_DIR = 0, 1, 2
 FILE_WARM_META = 1             # FILE.flags of a regular file: warm its metadata through the file system
 FILE_LIST_DIR = 2              # FILE.flags of a directory: the metadata step reads it whole
@@ -39,7 +39,7 @@ HEADER = Record("HEADER", 64,
                 Field("reserved", "I"),
                 Field("header_crc32", "I", "zlib CRC-32 of the header with this field 0"),
                 Field("reserved2", "I"))
-FILE = Record("FILE", 56,
+FILE = Record("FILE", 64,
               Field("dev", "Q", "st_dev of a regular file; st_rdev of a block device"),
               Field("ino", "Q", "0 for a block device"),
               Field("size", "Q", "bytes; 0 for a block device (not checked)"),
@@ -51,7 +51,11 @@ FILE = Record("FILE", 56,
                                   "WSR_FILE_LIST_DIR only on a directory)"),
               Field("meta_pos", "Q", "of a file or directory in the metadata step: the byte offset on its "
                                      "file system's device of the inode its lookup reads, where the file "
-                                     "system moves inodes (btrfs); 0: not known, inode order"))
+                                     "system moves inodes (btrfs); 0: not known, inode order"),
+              Field("step_segment", "I", "of a file or directory in the metadata step: index into segments[] "
+                                         "of the segment whose data needs it first; the step warms it just "
+                                         "before that segment's ranges (0: before the pre-buffer)"),
+              Field("pad", "4x"))
 SEGMENT = Record("SEGMENT", 32,
                  Field("idx", "I", "1 = the pre-buffer"),
                  Field("first_range", "I", "index into ranges[]; segments tile ranges[] in order"),
@@ -75,8 +79,8 @@ FORMAT = Format("wsr", "WSR", __doc__.split("\n\n")[0],
                  "WSR_KIND_DIR": (KIND_DIR, "a directory on a marked file's path, as of the export: its "
                                   "(dev, inode) places it in the metadata step's order; no range reads it"),
                  "WSR_FILE_WARM_META": (FILE_WARM_META, "the metadata step looks the file up, and each "
-                                        "directory on its path, before the pre-buffer (XFS, btrfs: their "
-                                        "metadata is not in the block device's cache; warmstart/fs/metadata.py)"),
+                                        "directory on its path, before its step_segment's ranges (XFS, btrfs: "
+                                        "their metadata is not in the block device's cache; warmstart/fs/metadata.py)"),
                  "WSR_FILE_LIST_DIR": (FILE_LIST_DIR, "the metadata step reads this directory whole "
                                        "(getdents), not only the lookups through it"),
                  "WSR_FILE_FLAGS": (FILE_FLAGS, "every flag known; a file with others is refused"),
@@ -94,6 +98,7 @@ class WsrFile(NamedTuple):
     kind: int = KIND_FILE
     flags: int = 0
     meta_pos: int = 0
+    step_segment: int = 0
 
 
 class WsrSegment(NamedTuple):
@@ -131,7 +136,8 @@ def encode(c: WsrContents) -> bytes:
     out = []
     for f in c.files:
         out.append(FILE.pack(dev=f.dev, ino=f.ino, size=f.size, mtime_ns=f.mtime_ns, path_off=len(strtab),
-                             path_len=len(f.path), kind=f.kind, flags=f.flags, meta_pos=f.meta_pos))
+                             path_len=len(f.path), kind=f.kind, flags=f.flags, meta_pos=f.meta_pos,
+                             step_segment=f.step_segment))
         strtab += f.path
     out.extend(starmap(SEGMENT.struct.pack, c.segments))
     out.extend(starmap(RANGE.struct.pack, c.ranges))     # the hot loop: `warmstart run` writes one per launch

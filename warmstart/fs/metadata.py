@@ -62,7 +62,7 @@ def directories_on(paths: Iterable[bytes]) -> List[Tuple[bytes, os.stat_result]]
     """The directories on these paths ("/" and every parent), sorted by name, with their lstat as
     of now: what the replayer's metadata step looks up before the paths themselves. One that is
     gone or no directory now is left out."""
-    names = sorted({p[:i] or b"/" for p in paths for i in range(len(p)) if p[i:i + 1] == b"/"})
+    names = sorted({d for p in paths for d in parents_of(p)})
     found = []
     for d in names:
         try:
@@ -72,6 +72,11 @@ def directories_on(paths: Iterable[bytes]) -> List[Tuple[bytes, os.stat_result]]
         if stat.S_ISDIR(st.st_mode):
             found.append((d, st))
     return found
+
+
+def parents_of(path: bytes) -> List[bytes]:
+    """"/" and every parent directory of `path` (a path ending in "/" names itself too)."""
+    return [path[:i] or b"/" for i in range(len(path)) if path[i:i + 1] == b"/"]
 
 
 def position_key(dev: int, ino: int) -> str:

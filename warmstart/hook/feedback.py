@@ -162,15 +162,18 @@ def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float], 
 
 
 def expected_time(t_exp: Optional[Tuple[float, float]], stats: Optional[dict]) -> Optional[float]:
-    """The schedule's t_exp with its modelled metadata step (XFS, btrfs) replaced by the step
-    this launch's replayer measured (`t_meta_ns`; a schedule analyzed before the step was
-    modelled has none inside): the model counts the launch's own metadata reads, the step reads
-    in an order and an amount it cannot know (docs/algorithms.md); the comparison with cold
-    judges the step's cost, this one the rest of the prediction."""
+    """The schedule's t_exp with its modelled metadata step before the first segment's data (XFS,
+    btrfs: db.schedules.schedule_t_exp) replaced by that step as this launch's replayer measured
+    it (`t_meta_prebuffer_ns`; `t_meta_ns`, the whole step, from a replayer that ran it all
+    first; a schedule analyzed before the step was modelled has none inside): the model counts
+    the launch's own metadata reads, the step reads in an order and an amount it cannot know
+    (docs/algorithms.md); the comparison with cold judges the step's cost, this one the rest of
+    the prediction."""
     if t_exp is None:
         return None
     t, step = t_exp
-    measured = (stats or {}).get("t_meta_ns")
+    stats = stats or {}
+    measured = stats.get("t_meta_prebuffer_ns", stats.get("t_meta_ns"))
     return t if measured is None else t - step + measured / 1e9
 
 
@@ -284,7 +287,8 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
         stored = schedule_t_exp(conn, sid)
         expected = expected_time(stored, stats)
         note = "" if expected is None or abs(expected - stored[0]) < 1e-3 else \
-            f" with the metadata step as this launch measured it ({stats['t_meta_ns'] / 1e9:.3f} s)"
+            f" with the metadata step before the first segment as this launch measured it " \
+            f"({stats.get('t_meta_prebuffer_ns', stats.get('t_meta_ns', 0)) / 1e9:.3f} s)"
         verdict.update(time_verdict(launch_s, cold, expected, note), cold=cold)
         if verdict["slow"] or verdict["over_t_exp"]:
             verdict["reason"] = "; ".join(r for r in (verdict["time_reason"], verdict["reason"]) if r)

@@ -8,7 +8,7 @@ its own magic, version and checksums across the process boundary (STYLE habit 4)
 
 import os
 from dataclasses import dataclass
-from typing import List
+from typing import Dict, List
 
 from .. import devices
 from ..errors import WarmstartError
@@ -45,10 +45,10 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
     files: List[WsrFile] = []
     file_index = {}
 
-    def add_file(key, path: bytes, dev, ino, size, mtime_ns, kind, flags=0, meta_pos=0):
+    def add_file(key, path: bytes, dev, ino, size, mtime_ns, kind, flags=0, meta_pos=0, step_segment=0):
         if key not in file_index:
             file_index[key] = len(files)
-            files.append(WsrFile(path, dev, ino, size, mtime_ns, kind, flags, meta_pos))
+            files.append(WsrFile(path, dev, ino, size, mtime_ns, kind, flags, meta_pos, step_segment))
         return file_index[key]
 
     # files on a file system whose metadata raw device reads cannot warm: the replayer's
@@ -59,10 +59,20 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
     if fs_metadata:
         devs = schedule.params.get("fs_metadata_devs")
         through_fs = set(devs if devs is not None else metadata.warm_through_fs({f.dev for f in schedule.files}))
+    # the metadata step warms each file just before the first segment that reads it (a file
+    # looked up only: before the pre-buffer), as the launch needed it and as the analysis modelled
+    # it; a schedule whose step was modelled all before segment 1 (analyzed before 2026-11-29, or
+    # with --step-first) has it all there (docs/replayer.md)
+    first_seg = {}
+    for k, seg in enumerate(schedule.segments if "segments_s" in (schedule.params.get("metadata_step") or {}) else ()):
+        for r in seg.ranges:
+            if r.file is not None:
+                first_seg.setdefault((r.file.path, r.file.dev, r.file.ino), k)
     for f in schedule.files:
         warm = f.dev in through_fs
         add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE,
-                 FILE_WARM_META if warm else 0, positions.get(metadata.position_key(f.dev, f.ino), 0) if warm else 0)
+                 FILE_WARM_META if warm else 0, positions.get(metadata.position_key(f.dev, f.ino), 0) if warm else 0,
+                 first_seg.get((f.path, f.dev, f.ino), 0) if warm else 0)
     segs: List[WsrSegment] = []
     ranges: List[tuple] = []      # wsr.WsrRange's fields
     for k, seg in enumerate(schedule.segments):
@@ -84,23 +94,29 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
             ranges.append((offset, r.length, r.sector, no, min(int(orig), 0xFFFFFFFF), k))
             nbytes += r.length
         segs.append(WsrSegment(seg.idx, first, len(ranges) - first, nbytes, int(round(seg.cpu_s * 1e9))))
-    marked = [f.path for f in files if f.flags & FILE_WARM_META]
-    if marked:   # and the directories the launch looked names up in (analyzer/lookups.py)
-        marked += [os.fsencode(d) + b"/" for d in schedule.params.get("lookup_dirs") or ()]
+    marked = {f.path: f.step_segment for f in files if f.flags & FILE_WARM_META}
+    if marked:   # and the directories the launch looked names up in (analyzer/lookups.py): when is not known
+        marked.update((os.fsencode(d) + b"/", 0) for d in schedule.params.get("lookup_dirs") or ())
     files.extend(_directories(marked, positions))
     return wsr.WsrContents(schedule.id or 0, files, segs, ranges)
 
 
-def _directories(paths: List[bytes], positions: dict) -> List[WsrFile]:
+def _directories(paths: Dict[bytes, int], positions: dict) -> List[WsrFile]:
     """The directories on these paths (fs.metadata.directories_on; a path ending in "/" names
     itself too) for the replayer's metadata step: their (dev, inode), or the place of their
-    inode where the analysis found one (positions), put them among the files in its order, and
-    WSR_FILE_LIST_DIR marks those to read whole (FileSystem.list_dirs).
+    inode where the analysis found one (positions), put them among the files in its order;
+    WSR_FILE_LIST_DIR marks those to read whole (FileSystem.list_dirs); each is warmed with the
+    first path under it (`paths`: path -> its step segment).
     One that is gone is left out (the step then reaches it through the lookups of the paths
     under it)."""
     found = [(d, st.st_dev, st.st_ino) for d, st in metadata.directories_on(paths)]
     listed = set(metadata.listed_dirs({dev for _, dev, _ in found}))
-    return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0, positions.get(metadata.position_key(dev, ino), 0))
+    step = {}
+    for p, k in paths.items():
+        for d in metadata.parents_of(p):
+            step[d] = min(step.get(d, k), k)
+    return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0,
+                    positions.get(metadata.position_key(dev, ino), 0), step.get(d, 0))
             for d, dev, ino in found]
 
 
