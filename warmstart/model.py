@@ -206,7 +206,13 @@ class Schedule:
         that, the whole step, run before the first segment. Inside t_exp_s; the hold adds it to
         the pre-buffer."""
         step = self.params.get("metadata_step") or {}
-        return 0.0 if "segments_s" in step else float(step.get("t_s", 0.0))
+        return 0.0 if self.step_by_segment else float(step.get("t_s", 0.0))
+
+    @property
+    def step_by_segment(self) -> bool:
+        """Whether the metadata step was modelled segment by segment (each share in its segment's
+        t_disk_s), so the replayer warms it so; else all of it before the first segment."""
+        return "segments_s" in (self.params.get("metadata_step") or {})
 
     @property
     def read_files(self) -> List[ScheduledFile]:

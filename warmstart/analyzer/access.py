@@ -197,7 +197,7 @@ def remodel(conn, sched: Schedule) -> str:
     if step:
         step = sched.params["metadata_step"] = metadata_step(step["reads"], lambda dev: model_profile(conn, dev)[1],
                                                              step.get("segments"))
-        if "segments_s" in step:
+        if sched.step_by_segment:
             per = [t + s for t, s in zip(per, step["segments_s"])]
     for seg, t in zip(sched.segments, per):
         seg.t_disk_s = t

@@ -102,4 +102,3 @@ def read_before_first_add(conn, rids: Sequence[int], keys: Set[Tuple[int, int]])
             if i >= 0:
                 out[key] = done[i][1:]
     return out
-

@@ -31,9 +31,9 @@ def step_where(meta: dict) -> str:
     """Where a schedule's modelled metadata step (analyzer.access.metadata_step) is counted."""
     if "segments_s" not in meta:
         return f"{meta['t_s']:.3f} s modelled (in t_exp, before segment 1)"
-    split = sum(1 for t in meta["segments_s"] if t > 0)
-    return (f"{meta['t_s']:.3f} s modelled, {meta['segments_s'][0]:.3f} s of it before segment 1's data, the rest "
-            f"in {split - (meta['segments_s'][0] > 0)} later segment(s) (each in its t_i)")
+    first, *later = meta["segments_s"]
+    return (f"{meta['t_s']:.3f} s modelled, {first:.3f} s of it before segment 1's data, the rest "
+            f"in {sum(t > 0 for t in later)} later segment(s) (each in its t_i)")
 
 
 def _text(s, ranges, b):

@@ -64,7 +64,7 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
     # it; a schedule whose step was modelled all before segment 1 (analyzed before 2026-11-29, or
     # with --step-first) has it all there (docs/replayer.md)
     first_seg = {}
-    for k, seg in enumerate(schedule.segments if "segments_s" in (schedule.params.get("metadata_step") or {}) else ()):
+    for k, seg in enumerate(schedule.segments if schedule.step_by_segment else ()):
         for r in seg.ranges:
             if r.file is not None:
                 first_seg.setdefault((r.file.path, r.file.dev, r.file.ino), k)
