@@ -18,15 +18,16 @@
  *    were evicted; without the seeks the data sweep stopped for one leaf read per file (a
  *    python launch 5.07 s instead of 3.53 s, docs/replayer.md);
  *  - a marked file with no range (the inode of a file the launch only stat'ed) looked up only.
- * The order is disk order. Where the analysis placed an entry's inode (FILE.meta_pos: btrfs,
- * whose copy-on-write moves the leaf of an inode whenever it changes, as relatime's atime update
- * after a launch does), all of them in one pass by that place: python on the emulated HDD's
- * random layout, its step 1.10 s in inode order, 0.24 s so. Otherwise in (dev, inode) order, the
- * files looked up only first, then the directories and the files with ranges (btrfs without
- * places: 152 such names cost the step 0.35 s in front against 0.80 s mixed into the one inode
- * order; on XFS the two orders measured alike; docs/replayer.md). An XFS inode number encodes
- * its allocation group, block and slot, and a directory's blocks are allocated near its inode:
- * inode order is its disk order. One pass, not level by level from "/" (each level a sweep of its
+ * The order is disk order. Where the analysis placed an entry's inode (FILE.meta_pos: XFS, whose
+ * inode number is its place; btrfs, whose copy-on-write moves the leaf of an inode whenever it
+ * changes, as relatime's atime update after a launch does), all of them in one pass by that
+ * place: btrfs python on the emulated HDD's random layout, its step 1.10 s in inode order, 0.24
+ * s so; XFS, against the files looked up only in a group of their own first, 8 of 12 launches
+ * (6 apps, both layouts of the emulated HDD) 2-12 % shorter, the rest within 3.3 %
+ * (docs/replayer.md). Otherwise in (dev, inode) order, the files looked up only first, then the
+ * directories and the files with ranges (btrfs without places: 152 such names cost the step 0.35
+ * s in front against 0.80 s mixed into the one inode order). An XFS directory's blocks are
+ * allocated near its inode. One pass, not level by level from "/" (each level a sweep of its
  * own): XFS vim 179 ms instead of 262, python 320 instead of 410. One request at a time: the
  * reads a lookup makes are synchronous, and many threads issuing them at once reached the disk
  * in no useful order (32 threads: vim's launch 0.70 s, one: 0.62 s

@@ -897,6 +897,33 @@ def _dump_tree_positions(fsys, entries, device):
     return {(s.st_dev, s.st_ino): to_physical(chunks, leaf_of[s.st_ino])[1] for _, s in entries}
 
 
+def test_xfs_step_positions_agree_with_xfs_db_in_every_allocation_group(emu_xfs, request, tmp_path):
+    """metadata.step_positions on XFS (Xfs.metadata_positions, from the inode number and the
+    geometry): every file and every directory on their paths placed on the sector holding its
+    inode, as `xfs_db convert ino N daddr` says, directories and files spread over several
+    allocation groups (XFS puts new directories in turn in each)."""
+    require(shutil.which("xfs_db") is not None, "needs xfsprogs")
+    base = emu_xfs.mountpoint / f"xpos-{os.getpid()}-{tmp_path.name}"
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    paths = []
+    for d in range(8):
+        (base / f"d{d}").mkdir(parents=True)
+        for k in range(10):
+            paths.append(base / f"d{d}" / f"f{k}")
+            paths[-1].write_bytes(b"x")
+    got = metadata.step_positions([os.fsencode(p) for p in paths])
+    entries = [(os.fsencode(p), os.lstat(p)) for p in paths] + metadata.directories_on([os.fsencode(p) for p in paths])
+    ours = [s for p, s in entries if s.st_dev == os.stat(emu_xfs.mountpoint).st_dev]
+    assert len(ours) >= 89                 # 80 files, 8 directories, base, the mount's root
+    cmds = [a for s in ours for a in ("-c", f"convert ino {s.st_ino} daddr", "-c", f"convert ino {s.st_ino} agno")]
+    out = subprocess.run(["xfs_db", "-r", *cmds, emu_xfs.loop_dev], check=True, capture_output=True, text=True).stdout
+    answers = [int(m) for m in re.findall(r"\((\d+)\)", out)]
+    assert len(answers) == 2 * len(ours), out
+    want = {metadata.position_key(s.st_dev, s.st_ino): answers[2 * i] * 512 for i, s in enumerate(ours)}
+    assert {k: v // 512 * 512 for k, v in got.items() if k in want} == want
+    assert len(set(answers[1::2])) >= 2, answers[1::2]    # more than one allocation group
+
+
 def test_btrfs_metadata_positions_agree_with_btrfs_progs_in_a_subvolume(emu_btrfs, request, tmp_path):
     """Btrfs.metadata_positions against `btrfs inspect-internal dump-tree` of the subvolume's
     tree: every file and directory of a subvolume (its own inode numbers, its own tree) placed

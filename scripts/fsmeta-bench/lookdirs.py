@@ -5,12 +5,13 @@ inodes that order the step (`metadata_positions`), or the files read whose data 
 the metadata (`inline_files`: btrfs, their ranges in the pre-buffer; without, the files left
 out as before). Records the bench's git and python (--apps) on a fresh emulated hdd7200 with the
 system image in FS (--layout random, the default, or packaged), analyzes them, then alternates
-launches in mode reorder (made cold as the bench makes them: runs.cold_run) of the schedule as analyzed
-and of a copy of it without that part; prints each and the medians (launch, metadata step,
-pre-buffer, the app after its release).
+launches in mode reorder (--mode: or segmented, as hooked launches run; made cold as the bench
+makes them: runs.cold_run) of the schedule as analyzed and of a copy of it without that part;
+prints each and the medians (launch, metadata step, pre-buffer, the app after its release).
 
     python3 scripts/fsmeta-bench/lookdirs.py --fs xfs --reps 3
     python3 scripts/fsmeta-bench/lookdirs.py --fs btrfs --without metadata_positions --apps python
+    python3 scripts/fsmeta-bench/lookdirs.py --fs xfs --without metadata_positions --mode segmented --layout packaged
     python3 scripts/fsmeta-bench/lookdirs.py --fs btrfs --without inline_files --apps git,vim,python
 
 Root; minutes the first time (the image is built)."""
@@ -57,6 +58,7 @@ def main():
     ap.add_argument("--apps", default="git,python")
     ap.add_argument("--layout", default="random", choices=("packaged", "random"))
     ap.add_argument("--without", default="lookup_dirs", choices=("lookup_dirs", "metadata_positions", "inline_files"))
+    ap.add_argument("--mode", default="reorder", choices=("reorder", "segmented"))
     a = ap.parse_args()
     apps = [catalogue()[n] for n in a.apps.split(",")]
     tmp = Path(tempfile.mkdtemp())
@@ -90,7 +92,7 @@ def main():
         for _ in range(a.reps):
             for app in apps:
                 for label, db in (("with", with_dirs), ("without", without)):
-                    d = cold_run(emu, db, emu.chroot_argv(app.argv), "reorder", app.name)
+                    d = cold_run(emu, db, emu.chroot_argv(app.argv), a.mode, app.name)
                     row = (d["launch_time_s"], d["replay_stats"]["t_meta_ns"] / 1e9, d["prebuffer_s"],
                            d["app_time_s"])
                     res.setdefault(f"{app.name} {label} {a.without}", []).append(row)
@@ -98,7 +100,7 @@ def main():
                           f"pre-buffer {row[2]:.3f}, app {row[3]:.3f}", flush=True)
     finally:
         emu.down()
-    print_medians(f"of {a.reps} ({a.fs}, hdd7200, {a.layout} layout, reorder): launch / metadata step / pre-buffer / "
+    print_medians(f"of {a.reps} ({a.fs}, hdd7200, {a.layout} layout, {a.mode}): launch / metadata step / pre-buffer / "
                   f"app after release", res)
 
 

@@ -18,8 +18,7 @@ def _text(r):
         lines.append(f"  metadata step through the file system: {len(meta['reads'])} reads the launch made, "
                      f"{step_where(meta)}")
     if r.get("metadata_positions"):
-        lines.append(f"  metadata step in the disk order of {r['metadata_positions']} inodes (where copy-on-write "
-                     f"has moved them, as of now)")
+        lines.append(f"  metadata step in the disk order of {r['metadata_positions']} inodes (their places as of now)")
     fm = r["filemap"]
     if fm.get("inline_files"):
         lines.append(f"  {fm['inline_files']} file(s) read with their data inline in the file system's metadata: "

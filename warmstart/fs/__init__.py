@@ -14,8 +14,8 @@ questions through FileSystem, chosen by the mount's fstype (mountinfo):
                  or "fs" (through the file system; fs/metadata.py has the policy built on it)
   inode_clusters(s, n)  the inode numbers whose lookup reads those sectors (XFS: inode clusters;
                  btrfs: the leaves of its subvolume tree, read back from the device)
-  metadata_positions(entries)  where a lookup of each file reads its inode, where inode numbers
-                 do not say (btrfs: copy-on-write moves leaves); the metadata step's order
+  metadata_positions(entries)  where a lookup of each file reads its inode (XFS: from the number;
+                 btrfs: its tree, as copy-on-write moves leaves); the metadata step's order
   lookup_event   its tracepoint naming each lookup that misses the dentry cache (XFS), and
                  parse_lookup() of its text: what the recorder traces (lookup_parsers)
 

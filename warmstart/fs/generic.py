@@ -89,9 +89,9 @@ class FileSystem:
 
     def metadata_positions(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
         """(st_dev, ino) -> where the metadata step's lookup of each (path, lstat) reads its inode
-        (a byte offset on data_device()), for a file system whose inode numbers do not give
-        their disk order; {} where they do (the step's inode order is disk order) or it cannot
-        say."""
+        (a byte offset on data_device()): the step visits the entries it has places for in one
+        pass by place. {} where it cannot say: the step then visits the files it only looks up
+        first, then the rest, each in inode order."""
         return {}
 
     def inode_clusters(self, sector: int, nr_sectors: int) -> List[Tuple[int, int]]:

@@ -87,9 +87,10 @@ def position_key(dev: int, ino: int) -> str:
 def step_positions(paths: Iterable[bytes], table=None) -> Dict[str, int]:
     """"st_dev:ino" -> where the metadata step's lookup of each of these paths and of each
     directory on them (a path ending in "/" names its directory) reads its inode, from the file
-    systems whose inode numbers do not give their disk order (FileSystem.metadata_positions:
-    btrfs), as of now. The export hands it to the step, which visits each device's entries in
-    that order (WSR FILE.meta_pos) and the rest in inode order."""
+    systems that can say (FileSystem.metadata_positions: XFS from the inode number, btrfs from
+    its tree, where copy-on-write moved the leaves), as of now. The export hands it to the step,
+    which visits each device's entries in that order (WSR FILE.meta_pos) and the rest in inode
+    order."""
     from . import FileSystems
     table = table or FileSystems()
     entries = directories_on(paths)

@@ -7,7 +7,7 @@ import os
 import re
 import struct
 from functools import cached_property
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .generic import FileSystem
 
@@ -36,8 +36,9 @@ class Xfs(FileSystem):
         return os.makedev(int(m.group(1)), int(m.group(2))), int(m.group(3), 16), m.group(4)
 
     @cached_property
-    def _geometry(self) -> Optional[Tuple[int, int, int]]:
-        """(block size, blocks per allocation group, inode size), or None if not answered."""
+    def _geometry(self) -> Optional[Tuple[int, int, int, int, int]]:
+        """(block size, blocks per allocation group, inode size, log2 inodes per block, log2
+        blocks per allocation group's numbering), or None if not answered."""
         try:
             fd = os.open(self.mount.target, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
@@ -50,7 +51,25 @@ class Xfs(FileSystem):
         finally:
             os.close(fd)
         bsize, _, agblocks, _, _, _, isize, _ = _GEOM.unpack_from(buf)
-        return (bsize, agblocks, isize) if bsize and agblocks and isize else None
+        if not (bsize and agblocks and isize):
+            return None
+        return bsize, agblocks, isize, (bsize // isize).bit_length() - 1, (agblocks - 1).bit_length()
+
+    def metadata_positions(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
+        """An XFS inode number is its place (inode_clusters): the byte offset of its slot on the
+        data device, from the number and the geometry alone (nothing read). Inode order is that
+        order too; given, the step visits the files it only looks up in the same one pass as
+        the rest (fsmeta.c), not in a group of their own first."""
+        geom = self._geometry
+        if geom is None:
+            return {}
+        bsize, agblocks, isize, inopblog, agblklog = geom
+        out = {}
+        for _, st in entries:
+            ino = st.st_ino
+            agno, agbno = ino >> (agblklog + inopblog), (ino >> inopblog) & ((1 << agblklog) - 1)
+            out[(st.st_dev, ino)] = (agno * agblocks + agbno) * bsize + (ino & ((1 << inopblog) - 1)) * isize
+        return out
 
     def inode_clusters(self, sector: int, nr_sectors: int) -> List[Tuple[int, int]]:
         """An XFS inode number is its place: allocation group, block in it, slot in the block
@@ -60,8 +79,7 @@ class Xfs(FileSystem):
         geom = self._geometry
         if geom is None or nr_sectors <= 0:
             return []
-        bsize, agblocks, isize = geom
-        inopblog, agblklog = (bsize // isize).bit_length() - 1, (agblocks - 1).bit_length()
+        bsize, agblocks, isize, inopblog, agblklog = geom
         cluster = max(1, 8192 * max(1, isize // 256) // bsize)        # blocks per cluster
         per = bsize // 512
         out = []

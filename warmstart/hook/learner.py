@@ -301,10 +301,11 @@ class Learner:
             self._event({"event": "analyzed", "app": name, "error": why})
 
     def update_places(self, schedule_id: int) -> None:
-        """Where a schedule's metadata step reads its inodes (params.metadata_positions: btrfs,
-        whose copy-on-write moves a leaf whenever an inode in it changes, as the atime updates of
-        a launch's first reads of the day do), found again after a launch; if any moved, stored
-        and the exports rewritten, so that the next launch's step goes in the disk's order."""
+        """Where a schedule's metadata step reads its inodes (params.metadata_positions), found
+        again after a launch (btrfs: copy-on-write moves a leaf whenever an inode in it changes,
+        as the atime updates of a launch's first reads of the day do; XFS: only a file replaced
+        since); if any moved, stored and the exports rewritten, so that the next launch's step
+        goes in the disk's order."""
         from ..db.schedules import load_schedule, set_schedule_param
         from ..fs.metadata import schedule_step_positions
         from .manage import refresh
