@@ -57,9 +57,9 @@ class Xfs(FileSystem):
 
     def metadata_positions(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
         """An XFS inode number is its place (inode_clusters): the byte offset of its slot on the
-        data device, from the number and the geometry alone (nothing read). Inode order is that
-        order too; given, the step visits the files it only looks up in the same one pass as
-        the rest (fsmeta.c), not in a group of their own first."""
+        data device, from the number and the geometry alone (nothing read). That is inode order
+        too; with places, the step visits the files it only looks up in the same one pass as the
+        rest (fsmeta.c), not in a group of their own first."""
         geom = self._geometry
         if geom is None:
             return {}
