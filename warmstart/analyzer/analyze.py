@@ -156,6 +156,30 @@ def first_accesses(kept: Sequence[Access], places: Sequence[Optional[Tuple[int, 
     return out
 
 
+def place_inline(conn, rids: Sequence[int], fmap: FileMap, kept: Sequence[Access],
+                 spans: Sequence[Tuple[int, int]], segments: List[Segment], by_segment: bool) -> None:
+    """Files read with their data inline in the metadata (no extent, so in no recorded read):
+    each put first in the segment (spans: each one's first and last p_i) of the last read the
+    launch completed before it added the file's page (else, and without by_segment, the
+    pre-buffer); the metadata step's seek of the file reads it before that segment's data, so
+    the range then costs no disk read."""
+    inline = fmap.inline_ranges()
+    if not inline or not segments:
+        return
+    at: List[Optional[int]] = [None] * len(inline)
+    if by_segment:
+        keys = [fmap.recorded_key[r.file] for r in inline]
+        before = inputs.read_before_first_add(conn, rids, set(keys))
+        at = first_accesses(kept, [before.get(k) for k in keys])
+    first = [a for a, _ in spans]
+    placed: List[List[Range]] = [[] for _ in segments]
+    for r, i in zip(inline, at):
+        placed[bisect.bisect_right(first, i) - 1 if i is not None else 0].append(r)
+    for g, rs in zip(segments, placed):
+        g.ranges[:0] = rs
+        g.bytes += sum(r.length for r in rs)
+
+
 def add_file_metadata(items: List[List[Piece]]) -> dict:
     """Put the blocks the kernel reads to open each scheduled file (its inode-table block, extent
     tree, and the directories on its path: ext4meta) into the p_i that first reads the file,
@@ -482,23 +506,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
     chosen = seg.chosen
     order = order_segments(chosen, table, cost, opts)                               # 6
     segments = order.segments
-    # files read with their data inline in the metadata (no extent, so in no recorded read): each
-    # first in the segment of the last read the launch completed before it added the file's page
-    # (else the pre-buffer); the metadata step's seek of the file reads it before that segment's
-    # data, so the range then costs no disk read
-    inline = fmap.inline_ranges()
-    if segments:
-        first, placed = [a for a, _ in chosen.segments], [[] for _ in segments]
-        at = [None] * len(inline)
-        if opts.step_by_segment and inline:
-            keys = [fmap.recorded_key[r.file] for r in inline]
-            before = inputs.read_before_first_add(conn, rids, set(keys))
-            at = first_accesses(kept, [before.get(k) for k in keys])
-        for r, i in zip(inline, at):
-            placed[bisect.bisect_right(first, i) - 1 if i is not None else 0].append(r)
-        for g, rs in zip(segments, placed):
-            g.ranges[:0] = rs
-            g.bytes += sum(r.length for r in rs)
+    place_inline(conn, rids, fmap, kept, chosen.segments, segments, opts.step_by_segment)
     cut = bound.of_analysis(items, [a.busy_after_ns for a in kept], seg.cpu_scale, cost.prof, cost.dev,
                             meta_reads)
     meta_step = metadata_step(fmap.fs_meta_reads, profile_of,
