@@ -1,7 +1,7 @@
 # build rules of replayer (appends to HELPERS, BINARIES, CTESTS)
 REPLAY_SRC := replayer/wsr_format.c replayer/engine.c replayer/engine_ra.c replayer/engine_pread.c \
               replayer/engine_uring.c replayer/residency.c replayer/pressure.c replayer/replay.c \
-              replayer/stats.c replayer/exitcheck.c replayer/fsmeta.c \
+              replayer/stats.c replayer/exitcheck.c replayer/appwatch.c replayer/fsmeta.c \
               replayer/pathopen.c
 REPLAY_HDR := $(wildcard replayer/*.h) $(WSR_LAYOUT)
 

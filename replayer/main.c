@@ -252,6 +252,7 @@ int main(int argc, char **argv)
 	struct wsr_schedule s = { 0 };
 	struct engine e = { 0 };
 	struct exit_check xc;
+	struct appwatch w = { 0 };
 	int ex = parse_options(argc, argv, &c);
 	if (ex >= 0)
 		return ex;
@@ -261,6 +262,9 @@ int main(int argc, char **argv)
 
 	ex = prepare(&c, &s, &e);
 	if (!ex) {
+		/* with --pid: when the released app waits on the disk (sampled until its exit) */
+		if (exit_fd >= 0 && !appwatch_start(&w, c.app_pid, replay_nsegs(&s, c.o.mode)))
+			c.o.watch = &w;
 		announce_start(c.o.notify_fd);
 		int rc = replay_run(&s, &e, &c.o, &st);
 		if (rc) {
@@ -268,11 +272,16 @@ int main(int argc, char **argv)
 			c.ri.error = strerror(-rc);
 			ex = 1;
 		}
+		appwatch_segment(c.o.watch, (int)st.nsegs);   /* the replay is done: "after" */
 		e.fini(&e);
 		if (exit_fd >= 0) {
 			exit_check_run(exit_fd, &s, st.outside_at_open, c.judge_wait_s, &xc);
 			exit_fd = -1;
 			c.ri.exit = &xc;
+		}
+		if (c.o.watch) {
+			appwatch_stop(c.o.watch);
+			c.ri.watch = c.o.watch;
 		}
 	}
 	if (sf && ex != EXIT_USAGE)   /* a bad --ioprio is a usage error: no report */
@@ -281,6 +290,7 @@ int main(int argc, char **argv)
 		close(exit_fd);
 	if (sf)
 		fclose(sf);
+	appwatch_free(&w);
 	free(st.segs);
 	free(st.outside_at_open);
 	wsr_free(&s);

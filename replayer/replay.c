@@ -221,11 +221,17 @@ static void release(struct ctx *c, const uint32_t *order, uint32_t n)
 	}
 	st->release_mono_ns = mono_ns();
 	st->released = true;
+	appwatch_released(c->o->watch, st->release_mono_ns);
 	if (c->o->notify_fd >= 0) {
 		ssize_t w = write(c->o->notify_fd, "ready\n", 6);
 		(void)w;   /* the runner may be gone; nothing to do about it */
 		close(c->o->notify_fd);
 	}
+}
+
+uint32_t replay_nsegs(const struct wsr_schedule *s, enum replay_mode mode)
+{
+	return mode == MODE_SEGMENTED ? s->nsegments : 1;
 }
 
 /* The per-file state (fds, first-open flags, what was cached at first open) and the per-segment
@@ -238,7 +244,7 @@ static int alloc_state(struct ctx *c, uint32_t **order)
 	c->fds = malloc((s->nfiles ? s->nfiles : 1) * sizeof(int));
 	c->ever_opened = calloc(s->nfiles ? s->nfiles : 1, 1);
 	c->submitted = calloc(s->nranges ? s->nranges : 1, 1);
-	st->nsegs = c->o->mode == MODE_SEGMENTED ? s->nsegments : 1;
+	st->nsegs = replay_nsegs(s, c->o->mode);
 	st->segs = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->segs));
 	st->outside_at_open = malloc((s->nfiles ? s->nfiles : 1) * sizeof(*st->outside_at_open));
 	/* each filled in as soon as it exists: on -ENOMEM replay_run still closes c->fds, and the
@@ -359,6 +365,7 @@ static void fetch_plan(struct ctx *c, const uint32_t *order, uint32_t release_at
 				since_check = 0;
 			}
 			cur_seg = (int)k;
+			appwatch_segment(c->o->watch, cur_seg);
 			metadata_step(c, k, k);   /* what this segment's data needs first (segmented mode) */
 		}
 		if (since_check >= PRESSURE_EVERY) {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "appwatch.h"
 #include "clock.h"
 #include "engine.h"
 #include "fsmeta.h"
@@ -21,6 +22,7 @@ struct replay_opts {
 	double psi_limit;        /* memory pressure: PSI some avg10 (%) at which to stop */
 	bool wait_resident;      /* verify residency of the pre-buffer before releasing */
 	bool measure_at_open;    /* the exit check will judge the launch: see outside_at_open */
+	struct appwatch *watch;  /* told the release and each segment as it starts; NULL: none */
 };
 
 #define MAX_DECISIONS 32
@@ -63,6 +65,9 @@ struct replay_stats {
 /* Runs the whole replay. Returns 0, or -errno for a setup failure (the app is still released). */
 int replay_run(const struct wsr_schedule *s, struct engine *e, const struct replay_opts *o,
 	       struct replay_stats *st);
+
+/* How many segments the replay times in this mode (one: all but segmented). */
+uint32_t replay_nsegs(const struct wsr_schedule *s, enum replay_mode mode);
 
 /* Builds the fetch order for a mode into order[] (s->nranges entries); returns how many plan
  * entries come before the release point. Exposed for the C tests. */

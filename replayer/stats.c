@@ -113,6 +113,10 @@ void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *
 		fprintf(f, ",\n ");
 		exit_check_write(f, ri->exit);
 	}
+	if (ri->watch) {
+		fprintf(f, ",\n ");
+		appwatch_write(f, ri->watch);
+	}
 	fprintf(f, "}\n");
 	fflush(f);
 }

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "appwatch.h"
 #include "engine.h"
 #include "exitcheck.h"
 #include "replay.h"
@@ -15,6 +16,7 @@ struct run_info {
 	unsigned long long schedule_id;
 	unsigned depth;
 	const struct exit_check *exit; /* --judge-at-exit: the app's exit and residency there */
+	const struct appwatch *watch;  /* --pid: when the released app waited on the disk */
 };
 
 void stats_write(FILE *f, const struct run_info *ri, const struct replay_stats *st,

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "appwatch.h"
 #include "fsmeta.h"
 #include "pathopen.h"
 #include "pressure.h"
@@ -176,9 +177,20 @@ static void test_path_open(void)
 	CHECK(system(p) == 0, "cleanup");
 }
 
+/* The task state is the field after the last ')': a comm may hold ") R (" itself. */
+static void test_appwatch_state(void)
+{
+	CHECK(appwatch_state("123 (python3) D 1 123 123 0") == 'D', "a task in D");
+	CHECK(appwatch_state("77 (a) R (b) S 1 77") == 'S', "a comm with ') R (' in it");
+	CHECK(appwatch_state("9 (x) R 1") == 'R', "running");
+	CHECK(appwatch_state("9 (x)") == 0 && appwatch_state("") == 0 && appwatch_state(NULL) == 0,
+	      "no state: 0");
+}
+
 int main(void)
 {
 	test_plan();
+	test_appwatch_state();
 	test_fsmeta_by_segment();
 	test_pressure();
 	test_residency();

@@ -156,6 +156,31 @@ def test_a_launch_without_an_exact_time_is_stored_as_not_timed_and_shown_so(db, 
     assert (a["timed"], a["not_timed"], a["median_s"]) == (2, 2, pytest.approx(0.6)), a
 
 
+def test_hook_status_shows_how_long_the_app_waited_on_the_disk_after_its_release(db, tmp_path, monkeypatch):
+    """The replayer's app_wait of each launch goes into its verdict; `hook status` shows their
+    median and where the app waited most often. A launch the replayer did not watch counts in
+    neither."""
+    from click.testing import CliRunner
+    from warmstart.cli import cli
+    conn, sid = db
+    cold_recordings(conn, [2.0])
+    for ms, where in ((10, "folio_wait_bit_common"), (50, "__ext4_get_inode_loc"), (30, "folio_wait_bit_common"),
+                      (None, None)):
+        s = timed(0.5)
+        if ms is not None:
+            s["app_wait"] = {"waited_ns": ms * 1_000_000, "segments_ns": [0, ms * 400_000],
+                             "after_ns": ms * 600_000, "wchan": {where: ms, "other": 2}}
+        _, v = judge(conn, sid, s, HookConfig())
+        assert v["app_wait"] == (None if ms is None else {
+            "waited_s": pytest.approx(ms / 1000), "segments_s": [0, pytest.approx(ms * 0.0004)],
+            "after_s": pytest.approx(ms * 0.0006), "mostly_in": where})
+    monkeypatch.setenv("WARMSTART_HOOK_ROOT", str(tmp_path / "hookroot"))
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status"])
+    assert r.exit_code == 0, r.output
+    assert ("hooked: mail: 4 launch(es), median 0.500 s, cold 2.000 s; waited on the disk after its release: "
+            "median 30 ms, mostly in folio_wait_bit_common") in r.output, r.output
+
+
 def _index_apps(conn, tmp_path, cfg):
     import os
     import sys

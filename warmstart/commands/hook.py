@@ -93,7 +93,10 @@ def status(obj, as_json):
         for a in r.get("hooked") or []:
             med = "not timed" if a["median_s"] is None else f"median {a['median_s']:.3f} s"
             cold = "" if a["cold_s"] is None else f", cold {a['cold_s']:.3f} s"
-            lines.append(f"hooked: {a['app']}: {a['launches']} launch(es), {med}{cold}"
+            waited = "" if a.get("waited_median_s") is None else \
+                f"; waited on the disk after its release: median {a['waited_median_s'] * 1000:.0f} ms" + \
+                (f", mostly in {a['waited_mostly_in']}" if a.get("waited_mostly_in") else "")
+            lines.append(f"hooked: {a['app']}: {a['launches']} launch(es), {med}{cold}{waited}"
                          + (f"; {a['not_timed']} not timed ({a['not_timed_reason']})" if a["not_timed"] else ""))
         lines += [f"degraded: {app}: {why}" for app, why in sorted((r.get("degraded") or {}).items())]
         if "system" in r:

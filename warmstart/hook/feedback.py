@@ -177,6 +177,18 @@ def expected_time(t_exp: Optional[Tuple[float, float]], stats: Optional[dict]) -
     return t if measured is None else t - step + measured / 1e9
 
 
+def app_wait(stats: Optional[dict]) -> Optional[dict]:
+    """When the released app waited on the disk (the replayer's `app_wait`, replayer/appwatch.c):
+    seconds in all, per segment the replay was submitting then, after the replay, and the kernel
+    function it waited in most often; None where the replayer did not watch (no --pid)."""
+    w = (stats or {}).get("app_wait")
+    if not w:
+        return None
+    named = {k: v for k, v in (w.get("wchan") or {}).items() if k != "other"}
+    return {"waited_s": w["waited_ns"] / 1e9, "segments_s": [x / 1e9 for x in w.get("segments_ns") or []],
+            "after_s": (w.get("after_ns") or 0) / 1e9, "mostly_in": max(named, key=named.get) if named else None}
+
+
 def judged_history(conn, app_id: int, schedule_id: Optional[int] = None) -> List[dict]:
     """The verdicts of this app's hooked launches (of one schedule, if given) that had one: judged
     by hit ratio, or timed against cold; oldest first."""
@@ -269,7 +281,8 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
     launch_s, not_timed = exact_time(event, stats)
     history = judged_history(conn, app_id, sid)
     verdict = {"judged": x is not None, "not_judged": not_judged, "threshold": cfg.accuracy_threshold,
-               "bad": False, "reason": None, "slow": None, "action": None, "not_timed": not_timed}
+               "bad": False, "reason": None, "slow": None, "action": None, "not_timed": not_timed,
+               "app_wait": app_wait(stats)}
     if x is not None:
         verdict.update(_verdict(x, cfg.accuracy_threshold,
                                 [v["missed_bytes"] for v in history if v.get("missed_bytes") is not None]))
@@ -339,16 +352,21 @@ def degraded(conn, cfg) -> Dict[str, str]:
 
 def hooked_apps(conn) -> List[dict]:
     """Per app with hooked launches: how many, how many have an exact time, their median, the
-    cold reference, and why the latest untimed one has none. What `hook status` shows."""
+    cold reference, why the latest untimed one has none, and how long the app waited on the disk
+    after its release (median) and where. What `hook status` shows."""
     out = []
     for app_id, name in launches.apps_with_hook_launches(conn):
         rows = launches.list_launches(conn, app_id=app_id, mode="hook")
         times = [r["launch_time_s"] for r in rows if r["launch_time_s"] is not None]
         untimed = [r for r in rows if r["launch_time_s"] is None]
         cold = cold_reference(conn, app_id)
+        waits = [w for w in ((r["details"].get("feedback") or {}).get("app_wait") for r in rows) if w]
+        places = [w["mostly_in"] for w in waits if w["mostly_in"]]
         out.append({"app": name, "launches": len(rows), "timed": len(times), "not_timed": len(untimed),
                     "median_s": statistics.median(times) if times else None,
                     "cold_s": cold["median_s"] if cold else None,
+                    "waited_median_s": statistics.median(w["waited_s"] for w in waits) if waits else None,
+                    "waited_mostly_in": max(set(places), key=places.count) if places else None,
                     "not_timed_reason": (untimed[-1]["details"].get("not_timed") or "no exact time")
                     if untimed else None})
     return out

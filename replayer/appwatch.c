@@ -1,0 +1,275 @@
+#include "appwatch.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+
+#define SCAN_EVERY_NS 10000000ull   /* new processes of the app looked for every 10 ms */
+#define LATE 5                      /* a sample late (a busy machine) counts 5 intervals at most */
+
+char appwatch_state(const char *line)
+{
+	const char *p = line ? strrchr(line, ')') : NULL;
+	if (!p || p[1] != ' ' || !p[2])
+		return 0;
+	return p[2];
+}
+
+static ssize_t read_small(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t r = read(fd, buf, n - 1);
+	close(fd);
+	if (r < 0)
+		return -1;
+	buf[r] = 0;
+	return r;
+}
+
+static bool followed(const struct appwatch *w, pid_t p)
+{
+	for (uint32_t i = 0; i < w->nprocs; i++)
+		if (w->procs[i] == p)
+			return true;
+	return false;
+}
+
+static void follow(struct appwatch *w, pid_t p)
+{
+	if (w->nprocs < APPWATCH_TASKS && !followed(w, p)) {
+		w->procs[w->nprocs++] = p;
+		w->procs_seen++;
+	}
+}
+
+/* Processes started since the last scan whose parent is followed (pids rise; /proc lists them
+ * in order, so a grandchild comes after its parent in one pass). */
+static void scan_children(struct appwatch *w)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return;
+	struct dirent *de;
+	char path[64], buf[512];
+	pid_t top = w->max_pid_seen;
+	while ((de = readdir(d))) {
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		pid_t p = (pid_t)atoi(de->d_name);
+		if (p <= w->max_pid_seen)
+			continue;
+		if (p > top)
+			top = p;
+		snprintf(path, sizeof(path), "/proc/%d/stat", p);
+		if (read_small(path, buf, sizeof(buf)) <= 0)
+			continue;
+		const char *q = strrchr(buf, ')');
+		int ppid;
+		char st;
+		if (q && sscanf(q + 1, " %c %d", &st, &ppid) == 2 && followed(w, ppid))
+			follow(w, p);
+	}
+	closedir(d);
+	w->max_pid_seen = top;
+}
+
+static void count_wchan(struct appwatch *w, pid_t p, pid_t tid)
+{
+	char path[96], name[48];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", p, tid);
+	if (read_small(path, name, sizeof(name)) <= 0 || !strcmp(name, "0")) {
+		w->other_wchan++;
+		return;
+	}
+	for (char *c = name; *c; c++)   /* a kernel symbol; anything else would break the JSON */
+		if (!isalnum((unsigned char)*c) && *c != '_' && *c != '.')
+			*c = '_';
+	int free_slot = -1;
+	for (int i = 0; i < APPWATCH_WCHANS; i++) {
+		if (w->wchan[i].n && !strcmp(w->wchan[i].name, name)) {
+			w->wchan[i].n++;
+			return;
+		}
+		if (!w->wchan[i].n && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot < 0) {
+		w->other_wchan++;
+		return;
+	}
+	snprintf(w->wchan[free_slot].name, sizeof(w->wchan[free_slot].name), "%s", name);
+	w->wchan[free_slot].n = 1;
+}
+
+/* One look at every task of every followed process: is one running, is one waiting in D?
+ * Processes gone are dropped; returns false once none is left. */
+static bool sample(struct appwatch *w, bool *running, bool *waiting, pid_t *dp, pid_t *dtid)
+{
+	char path[64], buf[512];
+	*running = *waiting = false;
+	for (uint32_t i = 0; i < w->nprocs;) {
+		snprintf(path, sizeof(path), "/proc/%d/task", w->procs[i]);
+		DIR *d = opendir(path);
+		if (!d) {
+			w->procs[i] = w->procs[--w->nprocs];
+			continue;
+		}
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			if (!isdigit((unsigned char)de->d_name[0]))
+				continue;
+			char tpath[320];
+			snprintf(tpath, sizeof(tpath), "/proc/%d/task/%s/stat", w->procs[i], de->d_name);
+			if (read_small(tpath, buf, sizeof(buf)) <= 0)
+				continue;
+			char s = appwatch_state(buf);
+			if (s == 'R')
+				*running = true;
+			else if (s == 'D' && !*waiting) {
+				*waiting = true;
+				*dp = w->procs[i];
+				*dtid = (pid_t)atoi(de->d_name);
+			}
+		}
+		closedir(d);
+		i++;
+	}
+	return w->nprocs > 0;
+}
+
+static void *loop(void *arg)
+{
+	struct appwatch *w = arg;
+	uint64_t prev = 0;
+	struct timespec next;
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	uint64_t interval = APPWATCH_INTERVAL_NS;
+	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+		next.tv_nsec += (long)interval;
+		while (next.tv_nsec >= 1000000000) {
+			next.tv_nsec -= 1000000000;
+			next.tv_sec++;
+		}
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+		uint64_t rel = __atomic_load_n(&w->release_ns, __ATOMIC_ACQUIRE);
+		if (!rel)
+			continue;   /* the app is held at its exec (itself a D-state wait): not the disk's */
+		uint64_t now = mono_ns();
+		if (now - rel > APPWATCH_MAX_NS)
+			break;
+		if (now - w->last_scan_ns >= SCAN_EVERY_NS) {
+			scan_children(w);
+			w->last_scan_ns = now;
+		}
+		bool running, waiting;
+		pid_t dp = 0, dtid = 0;
+		if (!sample(w, &running, &waiting, &dp, &dtid))
+			break;   /* the app and all it started are gone */
+		uint64_t dt = prev ? now - prev : APPWATCH_INTERVAL_NS;
+		prev = now;
+		w->samples++;
+		if (running) {
+			w->running_samples++;
+		} else if (waiting) {
+			int seg = __atomic_load_n(&w->seg, __ATOMIC_ACQUIRE);
+			if (seg < 0 || (uint32_t)seg > w->nsegs)
+				seg = (int)w->nsegs;
+			w->waiting_samples++;
+			w->waited_ns[seg] += dt < LATE * interval ? dt : LATE * interval;
+			if (!w->first_wait_ns)
+				w->first_wait_ns = now - rel;
+			w->last_wait_ns = now - rel;
+			count_wchan(w, dp, dtid);
+		}
+		/* bounded cost: at most ~5 % of a CPU (an app of many threads is sampled less often),
+		 * and every 10 ms once the launch has run APPWATCH_FULL_NS */
+		uint64_t cost = mono_ns() - now;
+		interval = now - rel > APPWATCH_FULL_NS ? 10 * APPWATCH_INTERVAL_NS : APPWATCH_INTERVAL_NS;
+		if (20 * cost > interval)
+			interval = 20 * cost;
+	}
+	return NULL;
+}
+
+int appwatch_start(struct appwatch *w, pid_t pid, uint32_t nsegs)
+{
+	memset(w, 0, sizeof(*w));
+	w->pid = pid;
+	w->nsegs = nsegs;
+	w->waited_ns = calloc(nsegs + 1, sizeof(*w->waited_ns));
+	if (!w->waited_ns)
+		return -ENOMEM;
+	w->max_pid_seen = pid;
+	follow(w, pid);
+	int rc = pthread_create(&w->th, NULL, loop, w);
+	if (rc) {
+		free(w->waited_ns);
+		w->waited_ns = NULL;
+		return -rc;
+	}
+	w->started = true;
+	return 0;
+}
+
+void appwatch_released(struct appwatch *w, uint64_t t)
+{
+	if (w)
+		__atomic_store_n(&w->release_ns, t ? t : 1, __ATOMIC_RELEASE);
+}
+
+void appwatch_segment(struct appwatch *w, int seg)
+{
+	if (w)
+		__atomic_store_n(&w->seg, seg, __ATOMIC_RELEASE);
+}
+
+void appwatch_stop(struct appwatch *w)
+{
+	if (!w->started)
+		return;
+	__atomic_store_n(&w->stop, true, __ATOMIC_RELEASE);
+	pthread_join(w->th, NULL);
+	w->started = false;
+}
+
+void appwatch_free(struct appwatch *w)
+{
+	appwatch_stop(w);
+	free(w->waited_ns);
+	w->waited_ns = NULL;
+}
+
+void appwatch_write(FILE *f, const struct appwatch *w)
+{
+	uint64_t total = 0;
+	for (uint32_t i = 0; w->waited_ns && i <= w->nsegs; i++)
+		total += w->waited_ns[i];
+	fprintf(f, "\"app_wait\": {\"interval_ns\": %llu, \"samples\": %llu, \"running_samples\": %llu, "
+		"\"waiting_samples\": %llu, \"waited_ns\": %llu, \"first_wait_ns\": %llu, \"last_wait_ns\": %llu, "
+		"\"procs_seen\": %u, \"segments_ns\": [",
+		APPWATCH_INTERVAL_NS, (unsigned long long)w->samples, (unsigned long long)w->running_samples,
+		(unsigned long long)w->waiting_samples, (unsigned long long)total,
+		(unsigned long long)w->first_wait_ns, (unsigned long long)w->last_wait_ns, w->procs_seen);
+	for (uint32_t i = 0; w->waited_ns && i < w->nsegs; i++)
+		fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)w->waited_ns[i]);
+	fprintf(f, "], \"after_ns\": %llu, \"wchan\": {",
+		w->waited_ns ? (unsigned long long)w->waited_ns[w->nsegs] : 0ull);
+	bool first = true;
+	for (int i = 0; i < APPWATCH_WCHANS; i++) {
+		if (!w->wchan[i].n)
+			continue;
+		/* [A-Za-z0-9_.] only (count_wchan): safe in a JSON string */
+		fprintf(f, "%s\"%s\": %u", first ? "" : ", ", w->wchan[i].name, w->wchan[i].n);
+		first = false;
+	}
+	fprintf(f, "%s\"other\": %llu}}", first ? "" : ", ", (unsigned long long)w->other_wchan);
+}

@@ -1,0 +1,62 @@
+/* When the released app waits on the disk, and on what (docs/replayer.md, "When the app
+ * waited"): a thread samples the state of the app's tasks (its threads, and the processes it
+ * starts) every APPWATCH_INTERVAL_NS from the release to its exit. A sample where a task is in
+ * uninterruptible sleep (D: a page being read, a lock on one) and none is running counts as the
+ * app waiting since the previous sample; it is charged to the segment the replay was submitting
+ * then, or to "after" once the replay is done (its last reads may still be in flight). Only
+ * with --pid: the pidfd's app. */
+#ifndef APPWATCH_H
+#define APPWATCH_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define APPWATCH_INTERVAL_NS 1000000ull     /* 1 ms (longer if a sample costs over 5 % of it) */
+#define APPWATCH_FULL_NS (3ull * 1000000000) /* then every 10 ms */
+#define APPWATCH_MAX_NS (20ull * 1000000000) /* a long-running app: stop sampling 20 s after the release */
+#define APPWATCH_TASKS 64                   /* processes followed at most */
+#define APPWATCH_WCHANS 4                   /* the kernel functions most waited in, kept */
+
+struct appwatch {
+	pid_t pid;
+	uint32_t nsegs;
+	/* written by the replay (atomically): the segment being fetched (0-based), nsegs once the
+	 * replay is done; the release time (0: the app is still held, nothing is sampled) */
+	int seg;
+	uint64_t release_ns;
+	bool stop;
+	/* results (read after appwatch_stop) */
+	uint64_t samples, waiting_samples, running_samples;
+	uint64_t *waited_ns;                 /* [nsegs + 1]: per segment, and [nsegs] after the replay */
+	uint64_t first_wait_ns, last_wait_ns; /* after the release; 0: never waited */
+	uint32_t procs_seen;
+	struct { char name[48]; uint32_t n; } wchan[APPWATCH_WCHANS];
+	/* internal */
+	pthread_t th;
+	bool started;
+	pid_t procs[APPWATCH_TASKS];
+	uint32_t nprocs;
+	pid_t max_pid_seen;
+	uint64_t last_scan_ns, other_wchan;
+};
+
+/* Starts watching pid (the app, held at its exec); 0 or -errno. nsegs: the plan's segments. */
+int appwatch_start(struct appwatch *w, pid_t pid, uint32_t nsegs);
+/* What the replay tells it. */
+void appwatch_released(struct appwatch *w, uint64_t mono_ns);
+void appwatch_segment(struct appwatch *w, int seg);
+/* Stops the thread (after the exit check). Safe on a watch that never started. */
+void appwatch_stop(struct appwatch *w);
+void appwatch_free(struct appwatch *w);
+
+/* Exposed for the C tests: is a /proc/PID/stat line in D state? running? (the state field
+ * follows the last ')'). Returns the state character or 0. */
+char appwatch_state(const char *stat_line);
+
+/* The "app_wait" member of the stats JSON (without a leading comma). */
+void appwatch_write(FILE *f, const struct appwatch *w);
+
+#endif
