@@ -90,6 +90,14 @@ def rec(db, name, argv, **kw):
 
 # ---- the synthetic launch: order, c_i, own I/O ------------------------------------------
 
+def _inode_tables(disk):
+    """[lo, hi) sectors of each block group's inode table of the disk's ext4 (dumpe2fs)."""
+    out = subprocess.run(["dumpe2fs", disk.loop_dev], capture_output=True, text=True, check=True).stdout
+    bsize = int(re.search(r"^Block size:\s+(\d+)", out, re.M).group(1))
+    return [(int(a) * bsize // 512, (int(b) + 1) * bsize // 512)
+            for a, b in re.findall(r"Inode table at (\d+)-(\d+)", out)]
+
+
 def _record_synthetic(emu_hdd, synth, tmp_path):
     """Record the synthetic plan; check its data requests follow the plan's order exactly."""
     files = make_files(Path(tempfile.mkdtemp(prefix="rec-synth-", dir=emu_hdd.mountpoint)), ["A", "B", "C"])
@@ -108,9 +116,13 @@ def _record_synthetic(emu_hdd, synth, tmp_path):
     io_steps = [s for s in plan if s[0] in ("read", "mmap")]
 
     # every data request on the emulated disk maps to a plan step; their order is the plan's
+    # (a cold cache reads the files' inodes too: the inode-table blocks read ahead around one
+    # carry no META flag)
+    tables = _inode_tables(emu_hdd)
     seen = []   # (step index, offset, length)
     for r in reqs:
-        if r.dev != emu_hdd.dev or r.is_meta or r.is_write:
+        if r.dev != emu_hdd.dev or r.is_meta or r.is_write or \
+                any(lo <= r.sector and r.sector + r.nr_sectors <= hi for lo, hi in tables):
             continue
         where = locate(extents, r.sector, r.nr_sectors)
         assert where is not None, f"request outside the plan's files: {r}"

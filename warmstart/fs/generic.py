@@ -57,6 +57,12 @@ class FileSystem:
         devs = self.devices()
         return devs[0] if devs else None
 
+    def release_pinned_metadata(self) -> Optional[str]:
+        """Let drop_caches drop the metadata blocks the file system still holds after a sync (a
+        journal's: recorder/coldcache.release_pinned); None once done or where there is nothing
+        to do, else why it could not be done. Nothing here."""
+        return None
+
     def cannot_map(self) -> Optional[str]:
         """Why its files cannot be placed on a disk, or None if they can."""
         if not self.devices():
