@@ -51,24 +51,30 @@ static void follow(struct appwatch *w, pid_t p)
 	}
 }
 
-/* Processes started since the last scan whose parent is followed (pids rise; /proc lists them
- * in order, so a grandchild comes after its parent in one pass). */
+/* The pid most recently handed out in our pid namespace (the last field of /proc/loadavg), or -1. */
+static pid_t last_pid(void)
+{
+	char buf[128];
+	if (read_small("/proc/loadavg", buf, sizeof(buf)) <= 0)
+		return -1;
+	const char *p = strrchr(buf, ' ');
+	return p ? (pid_t)atoi(p + 1) : -1;
+}
+
+/* Processes started since the last scan whose parent is followed: the pids handed out since
+ * then, in order (a grandchild comes after its parent), wrapping at pid_max as the kernel does
+ * (to RESERVED_PIDS, 300). Not "every pid above the highest seen": after a wrap, old processes
+ * keep pids above every new one. At most SCAN_PIDS per scan (a fork storm: the rest skipped). */
+#define SCAN_PIDS 4096
 static void scan_children(struct appwatch *w)
 {
-	DIR *d = opendir("/proc");
-	if (!d)
+	pid_t cur = last_pid();
+	if (cur <= 0 || w->pid_max <= 0)
 		return;
-	struct dirent *de;
 	char path[64], buf[512];
-	pid_t top = w->max_pid_seen;
-	while ((de = readdir(d))) {
-		if (!isdigit((unsigned char)de->d_name[0]))
-			continue;
-		pid_t p = (pid_t)atoi(de->d_name);
-		if (p <= w->max_pid_seen)
-			continue;
-		if (p > top)
-			top = p;
+	uint32_t n = 0;
+	for (pid_t p = w->last_pid; p != cur && n < SCAN_PIDS; n++) {
+		p = p + 1 >= w->pid_max ? 300 : p + 1;
 		snprintf(path, sizeof(path), "/proc/%d/stat", p);
 		if (read_small(path, buf, sizeof(buf)) <= 0)
 			continue;
@@ -78,8 +84,7 @@ static void scan_children(struct appwatch *w)
 		if (q && sscanf(q + 1, " %c %d", &st, &ppid) == 2 && followed(w, ppid))
 			follow(w, p);
 	}
-	closedir(d);
-	w->max_pid_seen = top;
+	w->last_pid = cur;
 }
 
 static void count_wchan(struct appwatch *w, pid_t p, pid_t tid)
@@ -208,7 +213,9 @@ int appwatch_start(struct appwatch *w, pid_t pid, uint32_t nsegs)
 	w->waited_ns = calloc(nsegs + 1, sizeof(*w->waited_ns));
 	if (!w->waited_ns)
 		return -ENOMEM;
-	w->max_pid_seen = pid;
+	char buf[32];
+	w->pid_max = read_small("/proc/sys/kernel/pid_max", buf, sizeof(buf)) > 0 ? (pid_t)atoi(buf) : -1;
+	w->last_pid = last_pid();   /* the app, held at its exec, has started nothing yet */
 	follow(w, pid);
 	int rc = pthread_create(&w->th, NULL, loop, w);
 	if (rc) {

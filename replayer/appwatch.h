@@ -39,7 +39,7 @@ struct appwatch {
 	bool started;
 	pid_t procs[APPWATCH_TASKS];
 	uint32_t nprocs;
-	pid_t max_pid_seen;
+	pid_t last_pid, pid_max;
 	uint64_t last_scan_ns, other_wchan;
 };
 

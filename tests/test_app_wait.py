@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import require
 from replay_helpers import KIB, REPLAY, build, evict, run_replayer
 from warmstart.db import open_db
@@ -43,7 +45,10 @@ def _file(path, size: int, byte: int) -> str:
     return str(path)
 
 
-def test_the_replayer_reports_how_long_the_released_app_waited_and_where(emu_hdd, tmp_path):
+@pytest.mark.parametrize("who", ["app", "child"])
+def test_the_replayer_reports_how_long_the_released_app_waited_and_where(emu_hdd, tmp_path, who):
+    """who: the app reads itself, or a process it starts does (a shell that runs it and waits:
+    the shell sleeps, S, while its child waits on the disk)."""
     require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
     base = emu_hdd.mountpoint / f"app-wait-{os.getpid()}-{tmp_path.name}"
     base.mkdir()
@@ -54,7 +59,11 @@ def test_the_replayer_reports_how_long_the_released_app_waited_and_where(emu_hdd
         export = build(conn, [sched], [[(0, 0, 4096)]], tmp_path)
         evict(sched)
         evict(other)
-        app = subprocess.Popen([sys.executable, "-c", APP, sched, other], stdout=subprocess.PIPE)
+        argv = [sys.executable, "-c", APP, sched, other]
+        if who == "child":
+            # (started after the replayer, as a held app starts all its processes)
+            argv = ["sh", "-c", 'sleep 0.3; "$@"; true', "sh"] + argv
+        app = subprocess.Popen(argv, stdout=subprocess.PIPE)
         try:
             rc, st, err = run_replayer(export, "--mode", "reorder", "--pid", str(app.pid),
                                        "--judge-at-exit", "20")
@@ -77,6 +86,7 @@ def test_the_replayer_reports_how_long_the_released_app_waited_and_where(emu_hdd
     # the replay was over by then: charged after it, none to its one segment
     assert w["after_ns"] == w["waited_ns"] and w["segments_ns"] == [0], w
     assert w["first_wait_ns"] >= 0.3e9, w              # after the app's sleep, never during it
+    assert w["procs_seen"] == (2 if who == "child" else 1), w
     named = {k: v for k, v in w["wchan"].items() if k != "other"}
     assert sum(named.values()) + w["wchan"]["other"] == w["waiting_samples"], w
     assert named, w                                    # where it waited: a kernel function
