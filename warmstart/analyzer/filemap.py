@@ -251,7 +251,9 @@ class FileMap:
         `files` or a directory, and for a cluster theirs too: warmstartd's watch on a scheduled
         file (a process's cwd, on a directory) keeps its inode in memory, and its lookup then reads
         nothing of its cluster (docs/replayer.md, "The metadata step") -- except where the step's
-        seeks of the file's ranges read it anyway (btrfs: its extent items share the leaf)."""
+        seeks of the file's ranges read it anyway (btrfs: its extent items share the leaf). Then
+        every other name in `named` on those file systems (no directory, none of `files`), read
+        by the launch or not."""
         files = list(files)
         fs_of: Dict[int, Tuple[object, int]] = {}          # data device -> (fs, st_dev of its mount point)
         for f in files:
@@ -267,8 +269,6 @@ class FileMap:
                 fs, st_dev = fs_of[d]
                 spans.setdefault(st_dev, []).extend(fs.inode_clusters(s, n))
         spans = {dev: sorted(set(v)) for dev, v in spans.items() if v}
-        if not spans:
-            return []
         starts = {dev: [a for a, _ in v] for dev, v in spans.items()}
 
         def span_of(dev: int, ino: int) -> Optional[Tuple[int, int]]:
@@ -311,6 +311,20 @@ class FileMap:
                 continue
             for ino, path in entries:
                 take(path, st.st_dev, ino)
+        # every other name the launch looked up there, whether the recording saw its cluster
+        # read or not: one it did not see was cached at the recording, not in general (an inode
+        # the launch before changed, its atime, stays in XFS's log, and drop_caches leaves its
+        # cluster; the next launch reads it after the release: docs/replayer.md)
+        devs = {st_dev for _, st_dev in fs_of.values()}
+        have = scheduled | {(f.dev, f.ino) for f in found}
+        for path in named:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if st.st_dev in devs and (st.st_dev, st.st_ino) not in have and not stat.S_ISDIR(st.st_mode):
+                have.add((st.st_dev, st.st_ino))
+                found.append(ScheduledFile(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
         return found
 
     def map_access(self, a: Access) -> List[Piece]:
