@@ -195,13 +195,16 @@ static void *loop(void *arg)
 			w->last_wait_ns = now - rel;
 			count_wchan(w, dp, dtid);
 		}
-		/* bounded cost: at most ~5 % of a CPU (an app of many threads is sampled less often),
+		/* bounded cost: at most ~2 % of a CPU (an app of many threads is sampled less often),
 		 * and every 10 ms once the launch has run APPWATCH_FULL_NS */
 		uint64_t cost = mono_ns() - now;
-		interval = now - rel > APPWATCH_FULL_NS ? 10 * APPWATCH_INTERVAL_NS : APPWATCH_INTERVAL_NS;
-		if (20 * cost > interval)
-			interval = 20 * cost;
+		interval = now - rel > APPWATCH_FULL_NS ? 5 * APPWATCH_INTERVAL_NS : APPWATCH_INTERVAL_NS;
+		if (50 * cost > interval)
+			interval = 50 * cost;
 	}
+	struct timespec cpu;
+	if (!clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu))
+		w->cpu_ns = (uint64_t)cpu.tv_sec * 1000000000ull + (uint64_t)cpu.tv_nsec;
 	return NULL;
 }
 
@@ -262,10 +265,11 @@ void appwatch_write(FILE *f, const struct appwatch *w)
 		total += w->waited_ns[i];
 	fprintf(f, "\"app_wait\": {\"interval_ns\": %llu, \"samples\": %llu, \"running_samples\": %llu, "
 		"\"waiting_samples\": %llu, \"waited_ns\": %llu, \"first_wait_ns\": %llu, \"last_wait_ns\": %llu, "
-		"\"procs_seen\": %u, \"segments_ns\": [",
+		"\"procs_seen\": %u, \"cpu_ns\": %llu, \"segments_ns\": [",
 		APPWATCH_INTERVAL_NS, (unsigned long long)w->samples, (unsigned long long)w->running_samples,
 		(unsigned long long)w->waiting_samples, (unsigned long long)total,
-		(unsigned long long)w->first_wait_ns, (unsigned long long)w->last_wait_ns, w->procs_seen);
+		(unsigned long long)w->first_wait_ns, (unsigned long long)w->last_wait_ns, w->procs_seen,
+		(unsigned long long)w->cpu_ns);
 	for (uint32_t i = 0; w->waited_ns && i < w->nsegs; i++)
 		fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)w->waited_ns[i]);
 	fprintf(f, "], \"after_ns\": %llu, \"wchan\": {",

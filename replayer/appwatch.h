@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#define APPWATCH_INTERVAL_NS 1000000ull     /* 1 ms (longer if a sample costs over 5 % of it) */
+#define APPWATCH_INTERVAL_NS 2000000ull     /* 2 ms (longer if a sample costs over 2 % of it) */
 #define APPWATCH_FULL_NS (3ull * 1000000000) /* then every 10 ms */
 #define APPWATCH_MAX_NS (20ull * 1000000000) /* a long-running app: stop sampling 20 s after the release */
 #define APPWATCH_TASKS 64                   /* processes followed at most */
@@ -33,6 +33,7 @@ struct appwatch {
 	uint64_t *waited_ns;                 /* [nsegs + 1]: per segment, and [nsegs] after the replay */
 	uint64_t first_wait_ns, last_wait_ns; /* after the release; 0: never waited */
 	uint32_t procs_seen;
+	uint64_t cpu_ns;                     /* the sampling thread's own CPU time */
 	struct { char name[48]; uint32_t n; } wchan[APPWATCH_WCHANS];
 	/* internal */
 	pthread_t th;
