@@ -281,26 +281,40 @@ class FileMap:
         seeking = {st_dev for fs, st_dev in fs_of.values() if fs.seeks_read_inode_cluster}
         served = {k for f in files if f.dev in seeking for k in [span_of(f.dev, f.ino)] if k is not None}
         found: List[ScheduledFile] = []
+        have = set(scheduled)
 
-        def take(path: bytes, dev: int, ino: int) -> None:
+        def add(path: bytes, st: os.stat_result) -> None:
+            have.add((st.st_dev, st.st_ino))
+            found.append(ScheduledFile(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+
+        def take(path: bytes, dev: int, ino: int) -> bool:
             k = span_of(dev, ino)
             if k is None or k in served or (dev, ino) in scheduled:
-                return
+                return False
             try:
                 est = os.lstat(path)
             except OSError:
-                return
+                return False
             if est.st_dev == dev and est.st_ino == ino and not stat.S_ISDIR(est.st_mode):
                 served.add(k)
-                found.append(ScheduledFile(path, est.st_dev, est.st_ino, est.st_size, est.st_mtime_ns,
-                                           est.st_ctime_ns))
+                add(path, est)
+                return True
+            return False
 
+        # every name the launch looked up there: one per cluster read first, then the others too,
+        # whether the recording saw their cluster read or not: one it did not see was cached at
+        # the recording, not in general (an inode the launch before changed, its atime, stays in
+        # XFS's log, and drop_caches leaves its cluster; the next launch reads it after the
+        # release: docs/replayer.md)
+        devs = {st_dev for _, st_dev in fs_of.values()}
         for path in named:
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
-            take(path, st.st_dev, st.st_ino)
+            if not take(path, st.st_dev, st.st_ino) and st.st_dev in devs and \
+                    (st.st_dev, st.st_ino) not in have and not stat.S_ISDIR(st.st_mode):
+                add(path, st)
         for d, st in directories_on(f.path for f in files):
             if st.st_dev not in spans:
                 continue
@@ -311,20 +325,6 @@ class FileMap:
                 continue
             for ino, path in entries:
                 take(path, st.st_dev, ino)
-        # every other name the launch looked up there, whether the recording saw its cluster
-        # read or not: one it did not see was cached at the recording, not in general (an inode
-        # the launch before changed, its atime, stays in XFS's log, and drop_caches leaves its
-        # cluster; the next launch reads it after the release: docs/replayer.md)
-        devs = {st_dev for _, st_dev in fs_of.values()}
-        have = scheduled | {(f.dev, f.ino) for f in found}
-        for path in named:
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if st.st_dev in devs and (st.st_dev, st.st_ino) not in have and not stat.S_ISDIR(st.st_mode):
-                have.add((st.st_dev, st.st_ino))
-                found.append(ScheduledFile(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
         return found
 
     def map_access(self, a: Access) -> List[Piece]:

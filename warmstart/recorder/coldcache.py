@@ -48,9 +48,8 @@ class Writeback:
             if fs.mount.fstype in NO_WRITEBACK:
                 continue
             self.devs.add(dev)
-            top = fss.of_path(fs.mount.target)
-            if top is None or top.mount.dev != dev:
-                continue     # its mount point is hidden by another mount: never counted as written
+            if not _reachable(fss, fs):
+                continue     # never counted as written
             try:
                 self._procs[dev] = subprocess.Popen([program, "-f", fs.mount.target], stdin=subprocess.DEVNULL,
                                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -78,22 +77,25 @@ def drop_caches() -> None:
     _drop()
 
 
-def release_pinned(devs: Optional[Iterable[int]] = None, fss: Optional[FileSystems] = None) -> List[str]:
+def _reachable(fss: FileSystems, fs) -> bool:
+    """Is fs reachable at its mount point (not hidden by another mount)?"""
+    top = fss.of_path(fs.mount.target)
+    return top is not None and top.mount.dev == fs.mount.dev
+
+
+def release_pinned(devs: Optional[Iterable[int]] = None) -> List[str]:
     """Let the drop take the metadata blocks a file system still holds once written (ext4's
     journal pins every block changed since its last checkpoint, e.g. the inode blocks of the
     files and symlinks whose atime the last launch updated; drop_caches skips them, and a launch
     recorded then misses their reads, which a later launch makes after the release, one seek
     each behind the replay's sweep). Of the file systems `devs` (None: all) whose dirty pages
     were written; returns why it failed where it did (the drop goes on)."""
-    fss = fss or FileSystems()
+    fss = FileSystems()
     wanted = None if devs is None else set(devs)
     out = []
     for dev, fs in fss.items():
-        if wanted is not None and dev not in wanted:
+        if wanted is not None and dev not in wanted or not _reachable(fss, fs):
             continue
-        top = fss.of_path(fs.mount.target)
-        if top is None or top.mount.dev != dev:
-            continue     # its mount point is hidden by another mount
         why = fs.release_pinned_metadata()
         if why:
             out.append(why)
