@@ -12,7 +12,7 @@
 #include "clock.h"
 
 #define SCAN_EVERY_NS 10000000ull   /* new processes of the app looked for every 10 ms */
-#define LATE 5                      /* a sample late (a busy machine) counts 5 intervals at most */
+#define LATE 5                      /* a look late (a busy machine) counts 5 intervals at most */
 
 char appwatch_state(const char *line)
 {
@@ -155,6 +155,7 @@ static void *loop(void *arg)
 {
 	struct appwatch *w = arg;
 	uint64_t prev = 0;
+	int wait_seg = -1;   /* where the previous look's wait was charged; -1: it saw none */
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	uint64_t interval = APPWATCH_INTERVAL_NS;
@@ -180,20 +181,29 @@ static void *loop(void *arg)
 		if (!sample(w, &running, &waiting, &dp, &dtid))
 			break;   /* the app and all it started are gone */
 		uint64_t dt = prev ? now - prev : APPWATCH_INTERVAL_NS;
+		if (dt > LATE * interval)
+			dt = LATE * interval;
 		prev = now;
 		w->samples++;
-		if (running) {
+		if (running)
 			w->running_samples++;
-		} else if (waiting) {
+		/* the time between two looks that both saw the app waiting counts whole; where a wait
+		 * began or ended between them, half (it did so anywhere in there) */
+		if (waiting && !running) {
 			int seg = __atomic_load_n(&w->seg, __ATOMIC_ACQUIRE);
 			if (seg < 0 || (uint32_t)seg > w->nsegs)
 				seg = (int)w->nsegs;
 			w->waiting_samples++;
-			w->waited_ns[seg] += dt < LATE * interval ? dt : LATE * interval;
+			w->waited_ns[seg] += wait_seg >= 0 ? dt : dt / 2;
+			wait_seg = seg;
 			if (!w->first_wait_ns)
 				w->first_wait_ns = now - rel;
 			w->last_wait_ns = now - rel;
 			count_wchan(w, dp, dtid);
+		} else {
+			if (wait_seg >= 0)
+				w->waited_ns[wait_seg] += dt / 2;
+			wait_seg = -1;
 		}
 		/* bounded cost: at most ~2 % of a CPU (an app of many threads is sampled less often),
 		 * and every 10 ms once the launch has run APPWATCH_FULL_NS */
@@ -211,7 +221,6 @@ static void *loop(void *arg)
 int appwatch_start(struct appwatch *w, pid_t pid, uint32_t nsegs)
 {
 	memset(w, 0, sizeof(*w));
-	w->pid = pid;
 	w->nsegs = nsegs;
 	w->waited_ns = calloc(nsegs + 1, sizeof(*w->waited_ns));
 	if (!w->waited_ns)

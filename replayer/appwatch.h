@@ -2,9 +2,10 @@
  * waited"): a thread samples the state of the app's tasks (its threads, and the processes it
  * starts) every APPWATCH_INTERVAL_NS from the release to its exit. A sample where a task is in
  * uninterruptible sleep (D: a page being read, a lock on one) and none is running counts as the
- * app waiting since the previous sample; it is charged to the segment the replay was submitting
- * then, or to "after" once the replay is done (its last reads may still be in flight). Only
- * with --pid: the pidfd's app. */
+ * app waiting (the time since the previous look whole if that one saw it waiting too, else half,
+ * and half of the next interval where it stopped); it is charged to the segment the replay was
+ * submitting then, or to "after" once the replay is done (its last reads may still be in
+ * flight). Only with --pid: the pidfd's app. */
 #ifndef APPWATCH_H
 #define APPWATCH_H
 
@@ -21,7 +22,6 @@
 #define APPWATCH_WCHANS 4                   /* the kernel functions most waited in, kept */
 
 struct appwatch {
-	pid_t pid;
 	uint32_t nsegs;
 	/* written by the replay (atomically): the segment being fetched (0-based), nsegs once the
 	 * replay is done; the release time (0: the app is still held, nothing is sampled) */
