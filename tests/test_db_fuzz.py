@@ -299,6 +299,39 @@ def test_the_issues_values_are_refused_in_one_line(real_db, tmp_path, table, col
         assert re.match(f"warmstart: database {where}: {column} = ", line) and "warmstart forget" in line, line
     assert not (tree / "var/lib/warmstart/hook.idx").exists()
     assert not list(tree.glob("var/lib/warmstart/schedules/*.wsr"))
+    _forget_clears_it(db, env)
+
+
+def _forget_clears_it(db, env):
+    """The fix the refusal names works: `forget` removes the app (it reads none of its values), and
+    the commands run again."""
+    rc, stderr = run_cli(db, ["forget", APP], env)
+    assert rc == 0, stderr
+    for args in (["hook", "refresh"], ["recordings"]):
+        rc, stderr = run_cli(db, args, env)
+        assert rc == 0, (args, stderr)
+
+
+@pytest.mark.parametrize("value", [(1 << 63) - 1, -1])
+def test_a_request_size_out_of_range_is_refused_not_overflowed(real_db, tmp_path, value):
+    """Found by the mutation loop above (CI, seed 23): block_requests.nr_sectors = 2^63 - 1 crashed
+    `analyze` and `recordings` with sqlite3's "integer overflow" in the recordings' read total,
+    before any row check ran. Now the request row is refused in one line, and `forget` clears it."""
+    db = tmp_path / "w.db"
+    shutil.copy(real_db, db)
+    conn = sqlite3.connect(db)
+    assert conn.execute("UPDATE block_requests SET nr_sectors = ? WHERE rowid = (SELECT min(rowid) FROM "
+                        "block_requests WHERE NOT is_write)", (value,)).rowcount == 1
+    conn.commit()
+    conn.close()
+    env = dict(os.environ, PYTHONPATH=str(REPO), WARMSTART_HOOK_ROOT=str(tmp_path / "tree"))
+    rc, stderr = run_cli(db, ["analyze", APP], env)   # its progress lines, then the refusal
+    assert rc == 1 and "Traceback" not in stderr, stderr
+    assert re.match(r"warmstart: database table block_requests, row recording_id 1, seq \d+: nr_sectors = ",
+                    stderr.splitlines()[-1]), stderr
+    rc, stderr = run_cli(db, ["recordings"], env)     # a listing: the total shown, whatever it is
+    assert rc == 0, stderr
+    _forget_clears_it(db, env)
 
 
 def test_the_learner_survives_any_exception_in_one_launchs_handling(tmp_path, monkeypatch, capsys):

@@ -20,12 +20,11 @@ def forget(ctx, name, as_json):
       warmstart forget auto-python3.11-43beb591 --json
     """
     conn = ctx.db
-    app = store.get_app(conn, name)
-    if app is None:
+    n = store.count_recordings(conn, name)
+    if n is None:
         known = [a["name"] for a in store.list_apps(conn)][:10]
         raise WarmstartError(f"no app named {name!r}" + (f" (known: {', '.join(known)})" if known else "")
                              + ": `warmstart recordings` lists the recorded apps")
-    n = len(store.list_recordings(conn, app["id"]))
     store.delete_app(conn, name)
     from ..hook.manage import refresh_if_installed
     hook = refresh_if_installed(conn)  # its index entry and schedule export go now

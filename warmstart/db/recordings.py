@@ -198,7 +198,8 @@ def list_recordings(conn: sqlite3.Connection, app_id: Optional[int] = None) -> L
     """Recordings (newest last) with their app name and request count; all apps if app_id is None."""
     sql = ("SELECT r.*, a.name AS app_name,"
            " (SELECT count(*) FROM block_requests b WHERE b.recording_id = r.id) AS n_requests,"
-           " (SELECT coalesce(sum(nr_sectors), 0) * 512 FROM block_requests b"
+           # total(), not sum(): a damaged nr_sectors must reach the row checks, not overflow here
+           " (SELECT CAST(total(nr_sectors) * 512 AS INTEGER) FROM block_requests b"
            "   WHERE b.recording_id = r.id AND NOT b.is_write) AS read_bytes"
            " FROM recordings r JOIN apps a ON a.id = r.app_id")
     if app_id is None:
@@ -248,6 +249,14 @@ def recorded_files_on(conn: sqlite3.Connection, recording_id: int, dev: int, lim
 
 def recording_env(row) -> Dict:
     return json.loads(check("recordings", row)["env_json"])
+
+
+def count_recordings(conn: sqlite3.Connection, name: str) -> Optional[int]:
+    """How many recordings app NAME has, None if there is no such app. Reads no row's values:
+    `forget`, the fix a refused row names, must work however damaged the app's rows are."""
+    row = conn.execute("SELECT (SELECT count(*) FROM recordings r WHERE r.app_id = a.id) FROM apps a"
+                       " WHERE a.name = ?", (name,)).fetchone()
+    return None if row is None else row[0]
 
 
 def delete_app(conn: sqlite3.Connection, name: str) -> bool:
