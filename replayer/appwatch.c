@@ -4,8 +4,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -151,9 +155,16 @@ static bool sample(struct appwatch *w, bool *running, bool *waiting, pid_t *dp, 
 	return w->nprocs > 0;
 }
 
-static void *loop(void *arg)
+static uint64_t cpu_now_ns(void)
 {
-	struct appwatch *w = arg;
+	struct timespec t;
+	if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t))
+		return 0;
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static void loop(struct appwatch *w)
+{
 	uint64_t prev = 0;
 	int wait_seg = -1;   /* where the previous look's wait was charged; -1: it saw none */
 	struct timespec next;
@@ -169,7 +180,7 @@ static void *loop(void *arg)
 		uint64_t rel = __atomic_load_n(&w->release_ns, __ATOMIC_ACQUIRE);
 		if (!rel)
 			continue;   /* the app is held at its exec (itself a D-state wait): not the disk's */
-		uint64_t now = mono_ns();
+		uint64_t now = mono_ns(), cpu0 = cpu_now_ns();
 		if (now - rel > APPWATCH_MAX_NS)
 			break;
 		if (now - w->last_scan_ns >= SCAN_EVERY_NS) {
@@ -206,37 +217,53 @@ static void *loop(void *arg)
 			wait_seg = -1;
 		}
 		/* bounded cost: at most ~2 % of a CPU (an app of many threads is sampled less often),
-		 * and every 10 ms once the launch has run APPWATCH_FULL_NS */
-		uint64_t cost = mono_ns() - now;
+		 * and every 10 ms once the launch has run APPWATCH_FULL_NS. The look's CPU, not its
+		 * wall time: on a busy machine a look is preempted for a time slice or more (8-13 ms
+		 * seen), and counting that as its cost left 2-4 looks in a launch. */
+		uint64_t cost = cpu_now_ns() - cpu0;
 		interval = now - rel > APPWATCH_FULL_NS ? 5 * APPWATCH_INTERVAL_NS : APPWATCH_INTERVAL_NS;
 		if (50 * cost > interval)
 			interval = 50 * cost;
 	}
-	struct timespec cpu;
-	if (!clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu))
-		w->cpu_ns = (uint64_t)cpu.tv_sec * 1000000000ull + (uint64_t)cpu.tv_nsec;
-	return NULL;
+	w->cpu_ns = cpu_now_ns();
 }
 
-int appwatch_start(struct appwatch *w, pid_t pid, uint32_t nsegs)
+static size_t mapping_size(uint32_t nsegs)
 {
-	memset(w, 0, sizeof(*w));
+	return sizeof(struct appwatch) + ((size_t)nsegs + 1) * sizeof(uint64_t);
+}
+
+struct appwatch *appwatch_start(pid_t pid, uint32_t nsegs)
+{
+	struct appwatch *w = mmap(NULL, mapping_size(nsegs), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+				  -1, 0);
+	if (w == MAP_FAILED)
+		return NULL;
 	w->nsegs = nsegs;
-	w->waited_ns = calloc(nsegs + 1, sizeof(*w->waited_ns));
-	if (!w->waited_ns)
-		return -ENOMEM;
+	w->waited_ns = (uint64_t *)(w + 1);   /* the same address in the sampling process */
 	char buf[32];
 	w->pid_max = read_small("/proc/sys/kernel/pid_max", buf, sizeof(buf)) > 0 ? (pid_t)atoi(buf) : -1;
 	w->last_pid = last_pid();   /* the app, held at its exec, has started nothing yet */
 	follow(w, pid);
-	int rc = pthread_create(&w->th, NULL, loop, w);
-	if (rc) {
-		free(w->waited_ns);
-		w->waited_ns = NULL;
-		return -rc;
+	pid_t parent = getpid();
+	pid_t child = fork();
+	if (child < 0) {
+		int e = errno;
+		munmap(w, mapping_size(nsegs));
+		errno = e;
+		return NULL;
 	}
-	w->started = true;
-	return 0;
+	if (child == 0) {
+		/* dies with the replayer; holds none of its files (the daemon's pipe, the report) */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(0);
+		close_range(3, ~0u, 0);
+		loop(w);
+		_exit(0);   /* not exit(): the replayer's stdio buffers are not ours to flush */
+	}
+	w->child = child;
+	return w;
 }
 
 void appwatch_released(struct appwatch *w, uint64_t t)
@@ -253,18 +280,20 @@ void appwatch_segment(struct appwatch *w, int seg)
 
 void appwatch_stop(struct appwatch *w)
 {
-	if (!w->started)
+	if (!w->child)
 		return;
 	__atomic_store_n(&w->stop, true, __ATOMIC_RELEASE);
-	pthread_join(w->th, NULL);
-	w->started = false;
+	while (waitpid(w->child, NULL, 0) < 0 && errno == EINTR)
+		;
+	w->child = 0;
 }
 
 void appwatch_free(struct appwatch *w)
 {
+	if (!w)
+		return;
 	appwatch_stop(w);
-	free(w->waited_ns);
-	w->waited_ns = NULL;
+	munmap(w, mapping_size(w->nsegs));
 }
 
 void appwatch_write(FILE *f, const struct appwatch *w)

@@ -1,6 +1,10 @@
 /* When the released app waits on the disk, and on what (docs/replayer.md, "When the app
- * waited"): a thread samples the state of the app's tasks (its threads, and the processes it
- * starts) every APPWATCH_INTERVAL_NS from the release to its exit. A sample where a task is in
+ * waited"): a process of its own (forked by the replayer, sharing this struct through an
+ * anonymous shared mapping) samples the state of the app's tasks (its threads, and the processes
+ * it starts) every APPWATCH_INTERVAL_NS from the release to its exit. Not a thread: with a
+ * second thread, even one asleep throughout, the replayer's fetch ran slower (git on the emulated
+ * SSD: its replay done at 118-147 ms instead of 68-84, the app ahead of it on 150-280 ranges,
+ * hooked 0.16-0.19 s against 0.14-0.15; docs/replayer.md). A sample where a task is in
  * uninterruptible sleep (D: a page being read, a lock on one) and none is running counts as the
  * app waiting (the time since the previous look whole if that one saw it waiting too, else half,
  * and half of the next interval where it stopped); it is charged to the segment the replay was
@@ -9,13 +13,12 @@
 #ifndef APPWATCH_H
 #define APPWATCH_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
-#define APPWATCH_INTERVAL_NS 2000000ull     /* 2 ms (longer if a sample costs over 2 % of it) */
+#define APPWATCH_INTERVAL_NS 2000000ull     /* 2 ms (longer if a look's CPU is over 2 % of it) */
 #define APPWATCH_FULL_NS (3ull * 1000000000) /* then every 10 ms */
 #define APPWATCH_MAX_NS (20ull * 1000000000) /* a long-running app: stop sampling 20 s after the release */
 #define APPWATCH_TASKS 64                   /* processes followed at most */
@@ -33,24 +36,26 @@ struct appwatch {
 	uint64_t *waited_ns;                 /* [nsegs + 1]: per segment, and [nsegs] after the replay */
 	uint64_t first_wait_ns, last_wait_ns; /* after the release; 0: never waited */
 	uint32_t procs_seen;
-	uint64_t cpu_ns;                     /* the sampling thread's own CPU time */
+	uint64_t cpu_ns;                     /* the sampling process's own CPU time */
 	struct { char name[48]; uint32_t n; } wchan[APPWATCH_WCHANS];
 	/* internal */
-	pthread_t th;
-	bool started;
+	pid_t child;                         /* the sampling process; 0: none running */
 	pid_t procs[APPWATCH_TASKS];
 	uint32_t nprocs;
 	pid_t last_pid, pid_max;
 	uint64_t last_scan_ns, other_wchan;
 };
 
-/* Starts watching pid (the app, held at its exec); 0 or -errno. nsegs: the plan's segments. */
-int appwatch_start(struct appwatch *w, pid_t pid, uint32_t nsegs);
+/* Starts watching pid (the app, held at its exec): the watch, in a shared mapping, or NULL
+ * (errno set). nsegs: the plan's segments. */
+struct appwatch *appwatch_start(pid_t pid, uint32_t nsegs);
 /* What the replay tells it. */
 void appwatch_released(struct appwatch *w, uint64_t mono_ns);
 void appwatch_segment(struct appwatch *w, int seg);
-/* Stops the thread (after the exit check). Safe on a watch that never started. */
+/* Stops the sampling process and waits for it (after the exit check); the results are then
+ * final. Safe to call twice. */
 void appwatch_stop(struct appwatch *w);
+/* Stops it and unmaps the watch. NULL: nothing. */
 void appwatch_free(struct appwatch *w);
 
 /* Exposed for the C tests: is a /proc/PID/stat line in D state? running? (the state field

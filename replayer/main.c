@@ -252,7 +252,7 @@ int main(int argc, char **argv)
 	struct wsr_schedule s = { 0 };
 	struct engine e = { 0 };
 	struct exit_check xc;
-	struct appwatch w = { 0 };
+	struct appwatch *w = NULL;
 	int ex = parse_options(argc, argv, &c);
 	if (ex >= 0)
 		return ex;
@@ -263,8 +263,8 @@ int main(int argc, char **argv)
 	ex = prepare(&c, &s, &e);
 	if (!ex) {
 		/* with --pid: when the released app waits on the disk (sampled until its exit) */
-		if (exit_fd >= 0 && !appwatch_start(&w, c.app_pid, replay_nsegs(&s, c.o.mode)))
-			c.o.watch = &w;
+		if (exit_fd >= 0)
+			c.o.watch = w = appwatch_start(c.app_pid, replay_nsegs(&s, c.o.mode));
 		announce_start(c.o.notify_fd);
 		int rc = replay_run(&s, &e, &c.o, &st);
 		if (rc) {
@@ -290,7 +290,7 @@ int main(int argc, char **argv)
 		close(exit_fd);
 	if (sf)
 		fclose(sf);
-	appwatch_free(&w);
+	appwatch_free(w);
 	free(st.segs);
 	free(st.outside_at_open);
 	wsr_free(&s);

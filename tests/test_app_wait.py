@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -80,6 +81,8 @@ def test_the_replayer_reports_how_long_the_released_app_waited_and_where(emu_hdd
             p.unlink()
         base.rmdir()
     waited_s = w["waited_ns"] / 1e9
+    print(f"\napp wait ({who}): by the app's clock scheduled {own['scheduled_s'] * 1e3:.1f} ms, unscheduled "
+          f"{own['unscheduled_s'] * 1e3:.1f} ms; counted {waited_s * 1e3:.1f} ms in {w['samples']} looks, {w['wchan']}")
     # the app's 12 cold reads are waits (one seek each, several ms on this disk); by its clock
     # they took unscheduled_s, of which the sampler (every 2 ms; each waiting look counts the
     # time since the one before, so a busy machine's late looks lose nothing) sees all but its
@@ -93,3 +96,35 @@ def test_the_replayer_reports_how_long_the_released_app_waited_and_where(emu_hdd
     named = {k: v for k, v in w["wchan"].items() if k != "other"}
     assert sum(named.values()) + w["wchan"]["other"] == w["waiting_samples"], w
     assert named, w                                    # where it waited: a kernel function
+
+
+def test_the_watch_runs_beside_the_replayer_which_stays_one_thread(tmp_path):
+    """The watch samples from a process of its own: with a second thread in the replayer, even
+    one asleep throughout, its fetch ran slower (docs/replayer.md, "When the app waited"). While
+    the replayer waits for the app's exit: one thread, and the watch its child, a process that is
+    gone with the replay; its looks reached the report."""
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    f = _file(tmp_path / "data", MIB, 67)
+    conn = open_db(tmp_path / "db")
+    export = build(conn, [f], [[(0, 0, 1024)]], tmp_path)   # KiB
+    app = subprocess.Popen(["sleep", "1.5"])
+    r, w = os.pipe()
+    rp = subprocess.Popen([str(REPLAY), "--stats-fd", str(w), "--mode", "reorder", "--pid", str(app.pid),
+                           "--judge-at-exit", "20", os.fsdecode(export)], pass_fds=(w,), stderr=subprocess.PIPE)
+    os.close(w)
+    try:
+        time.sleep(0.7)   # the replay of 1 MiB is done; the replayer waits for the app's exit
+        status = open(f"/proc/{rp.pid}/status").read()
+        threads = int(status.split("Threads:")[1].split()[0])
+        children = open(f"/proc/{rp.pid}/task/{rp.pid}/children").read().split()
+        kids = [open(f"/proc/{c}/comm").read().strip() for c in children]
+    finally:
+        app.wait(timeout=30)
+        _, err = rp.communicate(timeout=60)
+    with os.fdopen(r, "rb") as fh:
+        st = json.loads(fh.read())
+    assert threads == 1, status
+    assert kids == ["warmstart-repla"], (children, kids)
+    assert rp.returncode == 0, err
+    assert st["app_wait"]["samples"] >= 50, st["app_wait"]   # released at once: ~1.5 s of looks, every 10 ms at least
+    assert not os.path.exists(f"/proc/{children[0]}"), "the watch outlived the replayer"
