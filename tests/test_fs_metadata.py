@@ -333,15 +333,18 @@ def test_t_exp_and_the_hold_count_the_metadata_step(fs, request, tmp_path):
     assert sectors(r for rs in step["segments"] for r in rs) == sectors(step["reads"])
     assert sched.metadata_step_s == 0 and all(g.t_disk_s >= t for g, t in zip(sched.segments, shares))
     assert sched.t_exp_s >= sum(g.t_disk_s for g in sched.segments) >= sum(shares)
-    assert sched.prebuffer_s == pytest.approx(sched.segments[0].t_disk_s)
-    # the exec's hold: hold_factor x segment 1 (its step's share inside), capped by the cold launch
+    # the exec's hold: hold_factor x segment 1 and all of the step that may run before it (the
+    # replayer warms the names only looked up and the directories looked in before the
+    # pre-buffer, whatever share the model gave them), capped by the cold launch
+    assert sched.prebuffer_s == pytest.approx(sched.segments[0].t_disk_s + step["t_s"] - min(shares[0], step["t_s"]))
+    assert sched.prebuffer_s >= step["t_s"]
     cfg = HookConfig(hold_factor=1.0, max_hold_fraction=1.0, min_hold_ms=0)
     conn = open_db(db)
     index, skipped = build_index(conn, HookPaths(tmp_path, tmp_path / "state", tmp_path / "run", tmp_path / "etc"), cfg)
     assert not skipped and len(index.entries) == 1, skipped
     cold = recorded_launch_s(conn, sched.recording_ids)
     assert index.entries[0].hold_ms == hold_ms_for(sched.prebuffer_s, cold, cfg)
-    assert index.entries[0].hold_ms >= min(cold, sched.segments[0].t_disk_s) * 1000
+    assert index.entries[0].hold_ms >= min(cold, sched.segments[0].t_disk_s, step["t_s"]) * 1000
     show = subprocess.run([sys.executable, "-m", "warmstart", "--db", str(db), "show", fs],
                           capture_output=True, text=True, timeout=60)
     assert f"metadata step through the file system: {len(step['reads'])} reads" in show.stdout, show.stdout
