@@ -2,9 +2,8 @@
  * waited"): a process of its own (forked by the replayer, sharing this struct through an
  * anonymous shared mapping) samples the state of the app's tasks (its threads, and the processes
  * it starts) every APPWATCH_INTERVAL_NS from the release to its exit. Not a thread: with a
- * second thread, even one asleep throughout, the replayer's fetch ran slower (git on the emulated
- * SSD: its replay done at 118-147 ms instead of 68-84, the app ahead of it on 150-280 ranges,
- * hooked 0.16-0.19 s against 0.14-0.15; docs/replayer.md). A sample where a task is in
+ * second thread, even one asleep throughout, the replayer's fetch ran slower (docs/replayer.md
+ * has the measurements). A sample where a task is in
  * uninterruptible sleep (D: a page being read, a lock on one) and none is running counts as the
  * app waiting (the time since the previous look whole if that one saw it waiting too, else half,
  * and half of the next interval where it stopped); it is charged to the segment the replay was
