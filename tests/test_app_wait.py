@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -114,10 +115,10 @@ def test_the_watch_runs_beside_the_replayer_which_stays_one_thread(tmp_path):
     os.close(w)
     try:
         time.sleep(0.7)   # the replay of 1 MiB is done; the replayer waits for the app's exit
-        status = open(f"/proc/{rp.pid}/status").read()
+        status = Path(f"/proc/{rp.pid}/status").read_text()
         threads = int(status.split("Threads:")[1].split()[0])
-        children = open(f"/proc/{rp.pid}/task/{rp.pid}/children").read().split()
-        kids = [open(f"/proc/{c}/comm").read().strip() for c in children]
+        children = Path(f"/proc/{rp.pid}/task/{rp.pid}/children").read_text().split()
+        kids = [Path(f"/proc/{c}/comm").read_text().strip() for c in children]
     finally:
         app.wait(timeout=30)
         _, err = rp.communicate(timeout=60)

@@ -223,18 +223,16 @@ class Schedule:
     @property
     def prebuffer_s(self) -> float:
         """Modelled time until the replayer can release the app, as the exec's hold counts it:
-        the first segment's t_i and all of the metadata step that may run before it. Each
-        segment's share of the step is modelled by when the launch read that metadata, but the
-        replayer warms every name the launch only looked up and every directory it looked names
-        up in before the pre-buffer (when is not known: replay/export.py), so part of a later
-        share runs first; the hold counts the whole step (gcc on XFS, emulated hdd7200: segment 1
-        modelled at 0.048 s, the replay's step before its release took 0.251 s, and a hold of 3 x
-        0.048 s released every launch before it: 0.93-1.03 s against 0.75 s segmented)."""
-        first = self.segments[0].t_disk_s if self.segments else 0.0
+        the first segment's t_i and all of the metadata step that may run before it. Split by
+        segment, t_1 holds segment 1's share, but the replayer warms every name the launch only
+        looked up and every directory it looked names up in before the pre-buffer, whatever
+        share the model gave their reads, so the rest of the step may run first too
+        (docs/hook.md, "Hold policy", has the launches that showed it)."""
         step = self.params.get("metadata_step") or {}
-        if not self.step_by_segment:
-            return self.metadata_step_s + first
-        return first + max(0.0, float(step.get("t_s", 0.0)) - float(step["segments_s"][0] if step["segments_s"] else 0.0))
+        before = float(step.get("t_s", 0.0))
+        if self.step_by_segment and step["segments_s"]:
+            before = max(0.0, before - float(step["segments_s"][0]))   # inside t_1 already
+        return (self.segments[0].t_disk_s if self.segments else 0.0) + before
 
     def to_json(self) -> dict:
         """A JSON-safe dict; paths are given as surrogateescape'd str (bytes do not go to JSON)."""

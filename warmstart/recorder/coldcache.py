@@ -94,7 +94,7 @@ def release_pinned(devs: Optional[Iterable[int]] = None) -> List[str]:
     wanted = None if devs is None else set(devs)
     out = []
     for dev, fs in fss.items():
-        if wanted is not None and dev not in wanted or not _reachable(fss, fs):
+        if (wanted is not None and dev not in wanted) or not _reachable(fss, fs):
             continue
         why = fs.release_pinned_metadata()
         if why:
