@@ -16,6 +16,7 @@ from conftest import have_fuse, have_loop, have_tracefs, require
 from warmstart.bench import apps
 from warmstart.cli import cli
 from warmstart.db import open_db
+from warmstart.db.schedules import load_schedule
 from warmstart.paths import find_helper
 from warmstart.report import markdown
 
@@ -168,6 +169,18 @@ def test_bench_hook_mode_and_run_from_outside_on_the_random_layout(tmp_path):
     assert res["hook_vs_best_reorder"] > 0 and res["hook_outcomes"] and res["run_cli_overhead_s"] > 0
     assert "hook / best of reorder" in md.read_text()
     assert doc["hook"]["index_apps"] == ["synth-hdd7200.random"]
+    # segmented or whole (hook/trial.py): the segmented schedule's first launch makes the schedule
+    # fetched whole serve the second, whose launch settles it; the third is served by the one kept
+    # (synth's 12 bursts of CPU between its reads segment its schedule)
+    served = [r[0] for r in conn.execute("SELECT schedule_id FROM launches WHERE bench_id = ? AND mode = 'hook'"
+                                         " ORDER BY id", (doc["bench_id"],))]
+    first = load_schedule(conn, served[0])
+    assert len(first.segments) >= 2 and "whole_of" not in first.params
+    t = doc["hook"]["trials"]["synth-hdd7200.random"]
+    assert t["state"] in ("kept whole", "kept segmented") and (t["segmented"], t["whole"]) == tuple(served[:2]), t
+    assert len(load_schedule(conn, served[1]).segments) == 1
+    assert served[2] == (t["whole"] if t["state"] == "kept whole" else t["segmented"]), (served, t)
+    assert f"segmented or whole (docs/hook.md): synth-hdd7200.random: {t['state']}" in md.read_text()
 
 
 def test_bench_file_system_options():

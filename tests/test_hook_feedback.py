@@ -380,3 +380,89 @@ def test_the_learner_judges_a_launch_once_the_launches_started_before_its_exit_a
     time.sleep(1.3)
     learner.judge_finished()
     assert len(list_launches(conn, mode="hook")) == 1 and not learner.waiting
+
+
+# ---- segmented or whole (hook/trial.py)
+
+def segmented_schedule(conn, nsegs=3, step=True):
+    """A schedule of `mail` with nsegs segments of file ranges in app order (each segment's ranges
+    LBA-sorted, the segments interleaved on the disk) and, with step, an XFS-style metadata step
+    split by segment; the app's active schedule."""
+    from warmstart.db.schedules import save_schedule
+    from warmstart.model import Range, Schedule, ScheduledFile, Segment
+    files = [ScheduledFile(f"/usr/lib/mail/f{i}".encode(), 5, 100 + i, 1 << 20, 1, 1) for i in range(2 * nsegs)]
+    segs = []
+    for k in range(nsegs):
+        ranges = [Range(5, 8 * (1000 * j + 10 * k), 64, 64 * 512, files[2 * k + j], 0, 2 * k + j + 1) for j in (0, 1)]
+        segs.append(Segment(k + 1, 2 * k + 1, 2 * k + 2, 0.05 + 0.01 * k, 0.02, 2 * 64 * 512, ranges))
+    params = {"metadata_step": {"reads": 9, "t_s": 0.03, "segments": [3] * nsegs, "segments_s": [0.01] * nsegs}} \
+        if step else {}
+    sched = Schedule(None, "mail", "optimal", "model", 0.3, 2 * nsegs * 64 * 512, 0, [], segs, files, {},
+                     params=params)
+    return save_schedule(conn, sched)
+
+
+def active(conn):
+    return conn.execute("SELECT s.id FROM schedules s JOIN apps a ON a.id = s.app_id WHERE a.name = 'mail'"
+                        " AND s.active = 1").fetchone()[0]
+
+
+def test_the_schedule_fetched_whole_is_the_same_ranges_in_one_lba_sorted_segment(db):
+    from warmstart.analyzer.whole import fetched_whole
+    from warmstart.db.schedules import load_schedule
+    conn, _ = db
+    s = load_schedule(conn, segmented_schedule(conn))
+    w = fetched_whole(s)
+    assert len(s.segments) == 3 and len(w.segments) == 1
+    got, want = w.segments[0].ranges, [r for g in s.segments for r in g.ranges]
+    assert sorted(got, key=id) == sorted(want, key=id) and [r.sector for r in got] == sorted(r.sector for r in want)
+    assert [r.sector for r in want] != sorted(r.sector for r in want)   # it was not sorted before
+    # the step all before the one segment: not split, and the hold waits for all of it
+    assert not w.step_by_segment and w.params["whole_of"] == s.id
+    assert w.segments[0].t_disk_s == pytest.approx(0.05 + 0.06 + 0.07 - 0.03)
+    assert w.prebuffer_s == pytest.approx(0.15 + 0.03)
+    assert w.t_exp_s == pytest.approx(0.15 + 0.03 + 0.06)
+    assert s.step_by_segment and "whole_of" not in s.params   # the segmented one is untouched
+
+
+@pytest.mark.parametrize("t_whole, kept", [(0.80, "kept whole"), (0.95, "kept segmented")])
+def test_a_segmented_schedule_is_tried_whole_once_and_the_faster_kept(db, t_whole, kept):
+    """Cold 2.0 s (margin 0.1 s): a segmented launch of 1.0 s makes the schedule fetched whole
+    active; its launch settles it: kept only if faster by the margin (0.80 s), else the segmented
+    one serves again (0.95 s). Settled: later launches try nothing; three launches in all."""
+    conn, _ = db
+    cold_recordings(conn, [2.0, 2.0, 2.0])
+    seg = segmented_schedule(conn)
+    _, v = judge(conn, seg, timed(1.0), HookConfig())
+    t = v["trial"]
+    assert t["state"] == "trying whole" and t["segmented"] == seg and t["active"] == t["whole"] == active(conn)
+    whole = t["whole"]
+    _, v = judge(conn, whole, timed(t_whole), HookConfig())
+    t = v["trial"]
+    assert t["state"] == kept and t["t_whole_s"] == pytest.approx(t_whole) and t["t_segmented_s"] == pytest.approx(1.0)
+    assert t["margin_s"] == pytest.approx(0.1)
+    assert active(conn) == (whole if kept == "kept whole" else seg)
+    assert t["active"] == (None if kept == "kept whole" else seg)
+    _, v = judge(conn, active(conn), timed(0.9), HookConfig())
+    assert v["trial"] is None and active(conn) == (whole if kept == "kept whole" else seg)
+    assert len(list_launches(conn, mode="hook")) == 3
+
+
+def test_no_trial_from_a_launch_that_cannot_be_compared_or_a_schedule_that_has_nothing_to_try(db):
+    conn, _ = db
+    cold_recordings(conn, [2.0])
+    one = segmented_schedule(conn, nsegs=1)
+    _, v = judge(conn, one, timed(1.0), HookConfig())      # one segment: it is fetched whole already
+    assert v["comparable"] and v.get("trial") is None and active(conn) == one
+    seg = segmented_schedule(conn)
+    _, v = judge(conn, seg, timed(1.0), HookConfig(try_whole=False))
+    assert v.get("trial") is None and active(conn) == seg
+    warm = timed(1.0)
+    warm["bytes_resident"] = warm["bytes_scheduled"]                  # cached before the replay
+    _, v = judge(conn, seg, warm, HookConfig())
+    assert not v.get("comparable") and v.get("trial") is None and active(conn) == seg
+    newer = segmented_schedule(conn)                                 # analyzed again since
+    _, v = judge(conn, seg, timed(1.0), HookConfig())
+    assert v.get("trial") is None and active(conn) == newer
+    _, v = judge(conn, newer, timed(1.0), HookConfig())
+    assert v["trial"]["state"] == "trying whole"

@@ -23,9 +23,10 @@ from ..db.schedules import list_schedules
 from ..launching import launch
 
 
-def _events(paths) -> list:
+def _events(path) -> list:
+    """The records of a JSON-lines log of the hook (the daemon's, the learner's)."""
     try:
-        return [json.loads(x) for x in paths.events.read_text().splitlines() if x.strip()]
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     except FileNotFoundError:
         return []
 
@@ -55,6 +56,8 @@ class HookMode:
         self.conn, self.cfg, self.dut, self.doc, self.bench_id = conn, cfg, dut, doc, bench_id
         self.prepared, self.make_cold, self.activate, self.tick, self.say = prepared, make_cold, activate, tick, say
         self.made = {}       # app name -> hook launches made so far
+        self.serving = {}    # app name -> (the schedule serving it after a repetition, the newest then)
+        self.trials = {}     # app name -> the latest segmented-or-whole step (hook/trial.py)
 
     def __enter__(self) -> "HookMode":
         from ..hook import manage, service
@@ -100,12 +103,35 @@ class HookMode:
                     self._launch(app, name, argv, ref, info)
         finally:
             service.stop(self.paths, use_systemd=False)
+        for _app, name, *_ in todo:
+            rows = list_schedules(self.conn, name)
+            self.serving[name] = (next((s["id"] for s in rows if s["active"]), None), max(s["id"] for s in rows))
 
     def _served(self, name: str, info: dict) -> int:
-        """The schedule the hook serves app name: ours, or one newer than all the bench analyzed,
-        which is the learner's (a relearn, analyzed during the hook launches or after them)."""
+        """The schedule the hook serves app name: the one that served it at the end of the last
+        repetition with hook launches (the learner's choice: segmented or whole), or ours; a
+        schedule newer than all the bench analyzed and than that, the learner's (a relearn,
+        analyzed during the hook launches or after them)."""
         newest = max(s["id"] for s in list_schedules(self.conn, name))
-        return newest if newest > max(info["schedules"].values()) else info["schedules"]["ours"]
+        active, newest_then = self.serving.get(name, (None, max(info["schedules"].values())))
+        return newest if newest > newest_then else (active or info["schedules"]["ours"])
+
+    def _wait_trial(self, name: str, row) -> None:
+        """A verdict that changed the app's schedule (segmented or whole): wait for the learner
+        to have refreshed the index, so that the next launch is served as it decided."""
+        t = (row["details"].get("feedback") or {}).get("trial")
+        if not t:
+            return
+        self.trials[name] = t
+        if t.get("active") is None:
+            return
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(e.get("event") == "trial" and e.get("segmented") == t["segmented"] and
+                   e.get("state") == t["state"] for e in _events(self.paths.learner_events)):
+                return
+            time.sleep(0.2)
+        self.doc["problems"].append(f"the learner did not refresh the index after its trial step {t}")
 
     def _launch(self, app, name, argv, ref, info) -> None:
         conn, cfg = self.conn, self.cfg
@@ -114,13 +140,15 @@ class HookMode:
         app_id = get_app(conn, name)["id"]
         where = f"{app.name} hook launch {i + 1}"
         last = launches_db.last_launch_id(conn)
-        n_events = len(_events(self.paths))
+        n_events = len(_events(self.paths.events))
         self.make_cold(self.dut)
         out = launch(argv, timeout=cfg.timeout, passthrough=False)
         t = (out.end_ns - out.start_ns) / 1e9
-        ev = [e for e in _events(self.paths)[n_events:] if e.get("event") == "launch"]
+        ev = [e for e in _events(self.paths.events)[n_events:] if e.get("event") == "launch"]
         outcome = ev[-1]["outcome"] if ev else "not hooked"
         row = _wait_feedback(conn, app_id, last) if ev and ev[-1].get("stats") else None
+        if row is not None:
+            self._wait_trial(name, row)
         details = {"rep": i, "outside_s": t, "app_cpu_s": out.cpu_s, "outcome": outcome,
                    "held_ms": ev[-1].get("held_ms") if ev else None,
                    "exec_to_exit_s": row["launch_time_s"] if row else None}
@@ -148,7 +176,7 @@ class HookMode:
             # the database's other apps (other disks' runs) have their own verdicts: not this run's
             mine = {name for _app, name, *_ in self.prepared.values()}
             ours = {k: v for k, v in (status.get("degraded") or {}).items() if k in mine}
-            self.doc["hook"] = {"launches_per_app": self.cfg.hook_launches, "degraded": ours,
+            self.doc["hook"] = {"launches_per_app": self.cfg.hook_launches, "degraded": ours, "trials": self.trials,
                                 "index_apps": (status.get("index") or {}).get("apps")}
         finally:
             try:

@@ -29,43 +29,49 @@ def save_schedule(conn: sqlite3.Connection, sched: Schedule, app_id: Optional[in
                   activate: bool = True) -> int:
     """Store `sched` (one transaction) and return its id; it becomes the app's active schedule
     unless activate=False. Every file a range points at must be in sched.files."""
+    with transaction(conn):
+        return insert_schedule(conn, sched, app_id, activate)
+
+
+def insert_schedule(conn: sqlite3.Connection, sched: Schedule, app_id: Optional[int] = None,
+                    activate: bool = True) -> int:
+    """save_schedule inside the caller's transaction."""
     if app_id is None:
         app_id = _app_id(conn, sched.app_name)
     file_no = {f: i for i, f in enumerate(sched.files)}
-    with transaction(conn):
-        if activate:
-            conn.execute("UPDATE schedules SET active = 0 WHERE app_id = ?", (app_id,))
-        cur = conn.execute(
-            "INSERT INTO schedules (app_id, created_at, algorithm, probe, profile_id, recording_ids,"
-            " t_exp_s, total_bytes, waste_bytes, stale, active, params_json)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (app_id, sched.created_at or time.time(), sched.algorithm, sched.probe, sched.profile_id,
-             json.dumps(list(sched.recording_ids)), sched.t_exp_s, sched.total_bytes,
-             sched.waste_bytes, int(sched.stale), int(activate), json.dumps(sched.params, sort_keys=True)))
-        sid = cur.lastrowid
+    if activate:
+        conn.execute("UPDATE schedules SET active = 0 WHERE app_id = ?", (app_id,))
+    cur = conn.execute(
+        "INSERT INTO schedules (app_id, created_at, algorithm, probe, profile_id, recording_ids,"
+        " t_exp_s, total_bytes, waste_bytes, stale, active, params_json)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        (app_id, sched.created_at or time.time(), sched.algorithm, sched.probe, sched.profile_id,
+         json.dumps(list(sched.recording_ids)), sched.t_exp_s, sched.total_bytes,
+         sched.waste_bytes, int(sched.stale), int(activate), json.dumps(sched.params, sort_keys=True)))
+    sid = cur.lastrowid
+    conn.executemany(
+        "INSERT INTO schedule_files (schedule_id, file_no, path, dev, ino, size, mtime_ns, ctime_ns)"
+        " VALUES (?,?,?,?,?,?,?,?)",
+        [(sid, i, f.path, f.dev, f.ino, f.size, f.mtime_ns, f.ctime_ns) for i, f in enumerate(sched.files)])
+    conn.executemany(
+        "INSERT INTO file_extents (schedule_id, file_no, logical, physical, length, flags)"
+        " VALUES (?,?,?,?,?,?)",
+        [(sid, i, e.logical, e.physical, e.length, e.flags)
+         for i, exts in sched.extents.items() for e in exts])
+    for seg in sched.segments:
+        conn.execute(
+            "INSERT INTO segments (schedule_id, idx, first_p, last_p, t_disk_s, cpu_s, bytes)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (sid, seg.idx, seg.first_p, seg.last_p, seg.t_disk_s, seg.cpu_s, seg.bytes))
+        rows = []
+        for ord_, r in enumerate(seg.ranges):
+            if r.file is not None and r.file not in file_no:
+                raise ValueError(f"range points at a file not in the schedule: {r.file.path!r}")
+            rows.append((sid, seg.idx, ord_, r.dev, r.sector, r.nr_sectors,
+                         None if r.file is None else file_no[r.file], r.file_offset, r.length, r.orig_pos))
         conn.executemany(
-            "INSERT INTO schedule_files (schedule_id, file_no, path, dev, ino, size, mtime_ns, ctime_ns)"
-            " VALUES (?,?,?,?,?,?,?,?)",
-            [(sid, i, f.path, f.dev, f.ino, f.size, f.mtime_ns, f.ctime_ns) for i, f in enumerate(sched.files)])
-        conn.executemany(
-            "INSERT INTO file_extents (schedule_id, file_no, logical, physical, length, flags)"
-            " VALUES (?,?,?,?,?,?)",
-            [(sid, i, e.logical, e.physical, e.length, e.flags)
-             for i, exts in sched.extents.items() for e in exts])
-        for seg in sched.segments:
-            conn.execute(
-                "INSERT INTO segments (schedule_id, idx, first_p, last_p, t_disk_s, cpu_s, bytes)"
-                " VALUES (?,?,?,?,?,?,?)",
-                (sid, seg.idx, seg.first_p, seg.last_p, seg.t_disk_s, seg.cpu_s, seg.bytes))
-            rows = []
-            for ord_, r in enumerate(seg.ranges):
-                if r.file is not None and r.file not in file_no:
-                    raise ValueError(f"range points at a file not in the schedule: {r.file.path!r}")
-                rows.append((sid, seg.idx, ord_, r.dev, r.sector, r.nr_sectors,
-                             None if r.file is None else file_no[r.file], r.file_offset, r.length, r.orig_pos))
-            conn.executemany(
-                "INSERT INTO schedule_ranges (schedule_id, segment_idx, ord, dev, sector, nr_sectors,"
-                " file_no, file_offset, length, orig_pos) VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+            "INSERT INTO schedule_ranges (schedule_id, segment_idx, ord, dev, sector, nr_sectors,"
+            " file_no, file_offset, length, orig_pos) VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
     sched.id = sid
     return sid
 

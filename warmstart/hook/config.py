@@ -9,6 +9,8 @@
     accuracy_threshold = 0.8      # a hooked launch whose hit ratio at its exit is below this is bad;
     stale_after_bad = 3           #   this many bad verdicts in a row: re-learn (auto) or degraded (off);
                                   #   as many launches not clearly faster than cold: off the index (both)
+    try_whole = true              # a segmented schedule's launch is compared once with the same
+                                  #   schedule fetched whole; the faster is kept (docs/hook.md)
     learn_idle_cpu = 0.5          # learned apps are analyzed when CPU busy < this and
     learn_idle_io_kbps = 2048     #   disk I/O < this, over learn_idle_sample_s (2.0),
     learn_idle_max_s = 600.0      #   or after this long anyway
@@ -42,6 +44,7 @@ class HookConfig:
     max_hold_ms: int = 10000
     accuracy_threshold: float = 0.8
     stale_after_bad: int = 3          # consecutive bad verdicts before acting (docs/hook.md)
+    try_whole: bool = True            # the segmented-or-whole trial (hook/trial.py)
     learn_idle_cpu: float = 0.5       # analyze learned apps when CPU busy is below this ...
     learn_idle_io_kbps: int = 2048    # ... and disk I/O below this (KiB/s, over learn_idle_sample_s)
     learn_idle_sample_s: float = 2.0

@@ -26,6 +26,8 @@ stale and the app re-learned on its next launch; with learn = "off" it keeps bei
 and is shown as degraded, with the reason, in `hook status` and `report` -- unless those
 launches were not clearly faster than cold: then it is marked stale with learn = "off" too and
 leaves the index (action "stopped"), which `hook status` and `report` say.
+A comparable launch (timed, alone, cold, its pages kept) of a segmented schedule also drives the
+segmented-or-whole trial (hook/trial.py): verdict "trial".
 Limits: reads of files outside the schedule are not seen; a prefetched page the app never
 touched cannot be told from a used one, so this is coverage of the launch's reads, kept in the
 verdict: the launches row's used and prefetched-and-used columns stay empty for hook rows.
@@ -38,6 +40,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..db import launches
 from ..db.recordings import cold_recordings, get_app_by_id
 from ..db.schedules import app_of_schedule, mark_stale, schedule_t_exp
+from . import trial
 
 MIB = 1 << 20
 
@@ -287,6 +290,7 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
         verdict.update(_verdict(x, cfg.accuracy_threshold,
                                 [v["missed_bytes"] for v in history if v.get("missed_bytes") is not None]))
     others = overlapping(conn, event, launch_s, running) if launch_s is not None else 0
+    cold = None
     if others:
         # launched together with others, it shares the disk: no cold launch alone compares with it
         verdict.update(slow=None, time_reason=f"{others} other hooked launch(es) ran at the same time: "
@@ -296,6 +300,7 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
         # time says nothing about the schedule
         verdict.update(slow=None, time_reason="prefetched pages lost during the launch: not compared with cold")
     elif launch_s is not None and not _warm(stats):
+        verdict["comparable"] = True   # timed, alone, cold, its pages kept: hook/trial.py compares these
         cold = cold_reference(conn, app_id)
         stored = schedule_t_exp(conn, sid)
         expected = expected_time(stored, stats)
@@ -310,6 +315,9 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
     verdict["accurate"] = verdict["judged"] and not verdict["bad"]
     if _has_verdict(verdict):
         _act(verdict, history, cfg)
+    if verdict.get("comparable") and cfg.try_whole and not verdict["action"]:
+        # segmented or whole: the margin is the noise of the app's cold launches where it has some
+        verdict["trial"] = trial.step(conn, sid, launch_s, cold["margin_s"] if cold else MIN_MARGIN * launch_s)
     stats = stats or {}
     # used and prefetched-and-used bytes stay empty: the exit check sees residency, not use
     # (docs/hook.md); the coverage is in the verdict (scheduled_resident_bytes, hit_ratio)

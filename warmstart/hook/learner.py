@@ -405,7 +405,7 @@ class Learner:
     def judge_finished(self):
         if self.offset is None:
             self._load_feedback_state()
-        changed, unsaved = 0, False
+        changed, unsaved, switched = 0, False, []
         hold_s = self._longest_hold_s() if self.waiting else 0.0
         for item in list(self.waiting):
             r, seen = item
@@ -451,6 +451,9 @@ class Learner:
             self.waiting.remove(item)
             self.looked_up.discard(stats_file)
             self.refresh_due |= v.get("action") in ("relearn", "stopped")   # the app leaves the index
+            if (v.get("trial") or {}).get("active") is not None:   # segmented or whole: the other serves now
+                self.refresh_due = True
+                switched.append(v["trial"])
             changed += 1
             unsaved = len(self.waiting) >= 100 and changed % 100   # a long backlog: not each time
             if not unsaved:
@@ -473,14 +476,21 @@ class Learner:
             self._save_feedback_state()
         if self.refresh_due:
             from .manage import refresh
+            refreshed = True
             try:
                 with self.db() as conn:
                     refresh(conn, self.paths)
             except Exception as e:
+                refreshed = False
                 why = str(e) if isinstance(e, (WarmstartError, OSError)) else f"{type(e).__name__}: {e}"
-                _log(f"hook index not refreshed after a relearn verdict: {why}; run `warmstart hook refresh`")
+                _log(f"hook index not refreshed after a verdict that changed the app's schedule: {why}; "
+                     f"run `warmstart hook refresh`")
             self.refresh_due = False
             self._save_feedback_state()
+            for t in switched:
+                _log(f"segmented or whole: {t['state']} (schedule {t['segmented']} segmented, {t['whole']} whole); "
+                     f"schedule {t['active']} serves the next launches")
+                self._event({"event": "trial", "index_refreshed": refreshed, **t})
 
     # ---- main loop
     @staticmethod

@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 from ..errors import WarmstartError
+from ..hook.trial import describe
 
 COLUMNS = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "segmented-paper", "segmented", "hook",
            "run-cli", "warm")
@@ -155,6 +156,8 @@ def render(doc: dict, command: str = "") -> str:
                          f"{shown} | {_s(a.get('run_cli_overhead_s'))} |")
         if (doc.get("hook") or {}).get("degraded"):
             lines += [f"- degraded: {k}: {v}" for k, v in doc["hook"]["degraded"].items()]
+        for k, t in ((doc.get("hook") or {}).get("trials") or {}).items():
+            lines.append(f"- segmented or whole (docs/hook.md): {k}: {describe(t)}")
     lines += ["", "## Targets (issue 5)", "", "| criterion | measured | met |", "|---|---:|---|"]
     for crit, v, ok in targets(doc):
         shown = v if isinstance(v, int) else _x(v)
