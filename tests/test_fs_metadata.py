@@ -21,6 +21,7 @@ from warmstart.analyzer import inputs
 from warmstart.analyzer.access import metadata_step
 from warmstart.analyzer.analyze import add_file_metadata, build_sequence, file_map, map_sequence
 from warmstart.db import open_db
+from warmstart.db.launches import list_launches
 from warmstart.db.schedules import load_active_schedule
 from warmstart.formats import wsr
 from warmstart.fs import FileSystems, metadata
@@ -1028,14 +1029,14 @@ def test_btrfs_metadata_positions_on_a_clone_mounted_beside_its_original(tmp_pat
 
 def test_the_learner_follows_inodes_that_copy_on_write_moved_since_the_analysis(emu_btrfs, request, tmp_path):
     """Changes after the analysis move the leaves holding a schedule's inodes (a launch's atime
-    updates, once a day under relatime; a neighbour's update): after each hooked launch, when
-    the machine is idle, the learner finds the places again and stores them if any moved
+    updates, once a day under relatime; a neighbour's update): after each hooked launch, before
+    it stores the launch's row, the learner finds the places again and stores them if any moved
     (Learner.update_places), so that the next launch's step goes in the disk's order."""
     from warmstart.db.connection import transaction
     from warmstart.db.schedules import load_schedule, set_schedule_param
     from warmstart.hook.config import HookConfig
     from warmstart.hook.layout import HookPaths
-    from warmstart.hook.learner import Idle, Learner
+    from warmstart.hook.learner import Learner
     base = emu_btrfs.mountpoint / f"moved-{os.getpid()}-{tmp_path.name}"
     request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
     base.mkdir()
@@ -1061,10 +1062,10 @@ def test_the_learner_follows_inodes_that_copy_on_write_moved_since_the_analysis(
     random.Random(3).shuffle(order)
     for k, p in enumerate(order):                       # every inode changed, in a shuffled order
         os.utime(p, (1_000_000_000 + k, p.stat().st_mtime))
-    learner.places_due[sid] = 0.0                       # as after a judged launch; overdue now
-    learner.analyze_when_idle(Idle())
-    assert not learner.places_due
+    launch = {"event": "launch", "schedule_id": sid, "pid": 1, "t_exec": 1.0, "outcome": "ready", "uid": 0}
+    learner._judge_one(launch, {"engine": "readahead"})   # a launch's report is in: its places, then its row
     stored = load_schedule(open_db(db), sid).params["metadata_positions"]
+    assert len(list_launches(open_db(db), mode="hook")) == 1
     now = metadata.schedule_step_positions([sf.path for sf in sfs], [])
     moved = sum(stored[k] != first[k] for k in first)
     assert stored == now and len(stored) == len(first) >= 600 and moved >= len(first) // 2, moved

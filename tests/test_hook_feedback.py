@@ -426,10 +426,13 @@ def test_the_schedule_fetched_whole_is_the_same_ranges_in_one_lba_sorted_segment
 
 
 @pytest.mark.parametrize("t_whole, kept", [(0.80, "kept whole"), (0.95, "kept segmented")])
-def test_a_segmented_schedule_is_tried_whole_once_and_the_faster_kept(db, t_whole, kept):
+def test_a_segmented_schedule_is_tried_whole_once_and_the_faster_kept(db, t_whole, kept, tmp_path, monkeypatch):
     """Cold 2.0 s (margin 0.1 s): a segmented launch of 1.0 s makes the schedule fetched whole
     active; its launch settles it: kept only if faster by the margin (0.80 s), else the segmented
-    one serves again (0.95 s). Settled: later launches try nothing; three launches in all."""
+    one serves again (0.95 s). Settled: later launches try nothing; three launches in all;
+    `hook status` says what was kept."""
+    from click.testing import CliRunner
+    from warmstart.cli import cli
     conn, _ = db
     cold_recordings(conn, [2.0, 2.0, 2.0])
     seg = segmented_schedule(conn)
@@ -446,6 +449,11 @@ def test_a_segmented_schedule_is_tried_whole_once_and_the_faster_kept(db, t_whol
     _, v = judge(conn, active(conn), timed(0.9), HookConfig())
     assert v["trial"] is None and active(conn) == (whole if kept == "kept whole" else seg)
     assert len(list_launches(conn, mode="hook")) == 3
+    monkeypatch.setenv("WARMSTART_HOOK_ROOT", str(tmp_path / "hookroot"))
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status"])
+    assert r.exit_code == 0, r.output
+    assert (f"segmented or whole: {kept}: whole {t_whole:.3f} s against segmented 1.000 s (the whole one kept "
+            f"only if faster by 0.100 s)") in r.output, r.output
 
 
 def test_no_trial_from_a_launch_that_cannot_be_compared_or_a_schedule_that_has_nothing_to_try(db):

@@ -75,6 +75,7 @@ def status(obj, as_json):
       warmstart hook status --json
     """
     from ..hook.manage import status as do_status
+    from ..hook.trial import describe
     r = do_status(obj.db)
 
     def text():
@@ -97,7 +98,8 @@ def status(obj, as_json):
                 f"; waited on the disk after its release: median {a['waited_median_s'] * 1000:.0f} ms" + \
                 (f", mostly in {a['waited_mostly_in']}" if a.get("waited_mostly_in") else "")
             lines.append(f"hooked: {a['app']}: {a['launches']} launch(es), {med}{cold}{waited}"
-                         + (f"; {a['not_timed']} not timed ({a['not_timed_reason']})" if a["not_timed"] else ""))
+                         + (f"; {a['not_timed']} not timed ({a['not_timed_reason']})" if a["not_timed"] else "")
+                         + (f"; segmented or whole: {describe(a['trial'])}" if a.get("trial") else ""))
         lines += [f"degraded: {app}: {why}" for app, why in sorted((r.get("degraded") or {}).items())]
         if "system" in r:
             from ..hook.users import render

@@ -194,7 +194,6 @@ class Learner:
         self.waiting: list = []                # (hooked launch record, seen at): not judged yet
         self.offset: Optional[int] = None      # how far the daemon's log is read (None: not loaded)
         self.refresh_due = False               # a verdict marked a schedule stale: refresh the index
-        self.places_due: dict = {}             # schedule id -> launched at: its metadata places to check
         self.looked_up: set = set()            # reports found gone, their rows looked for once
         self.stopping = threading.Event()
         self.thread: Optional[threading.Thread] = None
@@ -267,22 +266,13 @@ class Learner:
 
     # ---- idle analysis
     def analyze_when_idle(self, idle: Idle):
-        """The background work, when the machine is idle (or it has waited learn_idle_max_s): the
-        analysis of a new recording first, else the metadata places of a schedule launched since
-        (never while a hooked launch the learner knows of is not judged yet: its own disk reads
-        would slow that launch's)."""
-        places = self.places_due and not self.waiting
-        if not (self.pending or places) or self.recording is not None:
+        """The analysis of a new recording, when the machine is idle (or it has waited
+        learn_idle_max_s)."""
+        if not self.pending or self.recording is not None:
             return
         busy, kbps = idle.poll()
-        queue = self.pending or list(self.places_due.items())   # (what, queued at), oldest first
-        overdue = time.monotonic() - queue[0][1] > self.cfg.learn_idle_max_s
+        overdue = time.monotonic() - self.pending[0][1] > self.cfg.learn_idle_max_s
         if not overdue and (busy > self.cfg.learn_idle_cpu or kbps > self.cfg.learn_idle_io_kbps):
-            return
-        if not self.pending:
-            sid = queue[0][0]
-            del self.places_due[sid]
-            self.update_places(sid)
             return
         name, _ = self.pending.popleft()
         from ..analyzer.analyze import Options, analyze
@@ -381,7 +371,12 @@ class Learner:
             self._save_feedback_state()
 
     def _judge_one(self, r, stats):
-        """Store one launch's row (unless stored already) and its user's line; (id, verdict)."""
+        """Store one launch's row (unless stored already) and its user's line; (id, verdict).
+        First the schedule's metadata places, found again now that the launch is over (what it
+        looked up is cached: little or nothing to read; done later, when the machine looked idle,
+        those reads fell in the hold of the app's next launch and warmed its metadata step)."""
+        if stats is not None:
+            self.guarded("the metadata places", self.update_places, r["schedule_id"])
         with self.db() as conn:
             with transaction(conn):
                 known = feedback.stored(conn, r)
@@ -460,7 +455,6 @@ class Learner:
                 self._save_feedback_state()
             if lid is None:
                 continue
-            self.places_due.setdefault(r["schedule_id"], time.monotonic())
             what = f"hooked launch of schedule {r['schedule_id']}: launches row {lid}" + \
                 (" (stored before a restart)" if again else "")
             timed = "not timed" if v.get("not_timed") else "timed"
