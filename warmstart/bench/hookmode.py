@@ -14,6 +14,7 @@ learner runs throughout and sees each app's hooked launches in order, as consecu
 
 import json
 import os
+import re
 import tempfile
 import time
 
@@ -116,9 +117,18 @@ class HookMode:
         active, newest_then = self.serving.get(name, (None, max(info["schedules"].values())))
         return newest if newest > newest_then else (active or info["schedules"]["ours"])
 
-    def _wait_trial(self, name: str, row) -> None:
+    def _index_loads(self) -> int:
+        """How many times warmstartd has loaded its index (its log's lines saying so)."""
+        try:
+            return len(re.findall(r"\bindex \S+: \d+ entries, \d+ file watches", self.paths.log.read_text()))
+        except FileNotFoundError:
+            return 0
+
+    def _wait_trial(self, name: str, row, loads: int) -> None:
         """A verdict that changed the app's schedule (segmented or whole): wait for the learner
-        to have refreshed the index, so that the next launch is served as it decided."""
+        to have refreshed the index and warmstartd to have loaded it (`loads`: its loads before
+        the launch), so that the next launch is served as it decided, and made cold after the
+        daemon's reload, which looks up every scheduled file again to watch it."""
         t = (row["details"].get("feedback") or {}).get("trial")
         if not t:
             return
@@ -128,10 +138,11 @@ class HookMode:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if any(e.get("event") == "trial" and e.get("segmented") == t["segmented"] and
-                   e.get("state") == t["state"] for e in _events(self.paths.learner_events)):
+                   e.get("state") == t["state"] for e in _events(self.paths.learner_events)) \
+                    and self._index_loads() > loads:
                 return
             time.sleep(0.2)
-        self.doc["problems"].append(f"the learner did not refresh the index after its trial step {t}")
+        self.doc["problems"].append(f"the index was not refreshed and reloaded after the trial step {t}")
 
     def _launch(self, app, name, argv, ref, info) -> None:
         conn, cfg = self.conn, self.cfg
@@ -140,7 +151,7 @@ class HookMode:
         app_id = get_app(conn, name)["id"]
         where = f"{app.name} hook launch {i + 1}"
         last = launches_db.last_launch_id(conn)
-        n_events = len(_events(self.paths.events))
+        n_events, loads = len(_events(self.paths.events)), self._index_loads()
         self.make_cold(self.dut)
         out = launch(argv, timeout=cfg.timeout, passthrough=False)
         t = (out.end_ns - out.start_ns) / 1e9
@@ -148,7 +159,7 @@ class HookMode:
         outcome = ev[-1]["outcome"] if ev else "not hooked"
         row = _wait_feedback(conn, app_id, last) if ev and ev[-1].get("stats") else None
         if row is not None:
-            self._wait_trial(name, row)
+            self._wait_trial(name, row, loads)
         details = {"rep": i, "outside_s": t, "app_cpu_s": out.cpu_s, "outcome": outcome,
                    "held_ms": ev[-1].get("held_ms") if ev else None,
                    "exec_to_exit_s": row["launch_time_s"] if row else None}
