@@ -1,17 +1,13 @@
-"""A schedule fetched whole: the same ranges as a segmented schedule, in one LBA-sorted segment
-read before the release, the metadata step all before it (what `--mode reorder` replays, the
-bench's reorder-ours). The hook's feedback tries it against the segmented schedule it comes from
-and keeps the faster (hook/trial.py, docs/hook.md "Segmented or whole")."""
+"""A schedule fetched whole: the same ranges as a segmented schedule, in one segment in fetch
+order (analyzer/ordering.py: the metadata sweep, then the data, each by LBA) read before the
+release, the metadata step all before it (what `--mode reorder` replays, the bench's
+reorder-ours). The hook's feedback tries it against the segmented schedule it comes from and
+keeps the faster (hook/trial.py, docs/hook.md "Segmented or whole")."""
 
 import copy
 
 from ..model import Schedule, Segment
-
-
-def fetch_order(r) -> tuple:
-    """The replayer's reorder order (replayer/replay.c by_lba): file ranges by sector, then the
-    block-device ranges by device and sector."""
-    return (r.dev if r.file is None else 0, r.sector)
+from .ordering import fetch_order
 
 
 def fetched_whole(sched: Schedule) -> Schedule:
@@ -24,10 +20,12 @@ def fetched_whole(sched: Schedule) -> Schedule:
     step.pop("segments", None)
     t_disk = max(0.0, sum(s.t_disk_s for s in sched.segments) - shares)
     cpu = sum(s.cpu_s for s in sched.segments)
+    # the ranges as one segment is fetched (metadata first where the analysis ordered so: the
+    # replayer's reorder does too), a device range listed by two segments once
+    ranges = fetch_order([r for s in sched.segments for r in s.ranges], params.get("metadata_first", True))
     seg = Segment(1, sched.segments[0].first_p, sched.segments[-1].last_p, t_disk, cpu,
-                  sum(s.bytes for s in sched.segments),
-                  sorted((r for s in sched.segments for r in s.ranges), key=fetch_order))
+                  sum(r.length for r in ranges), ranges)
     params["whole_of"] = sched.id
     return Schedule(None, sched.app_name, sched.algorithm, sched.probe, t_disk + float(step.get("t_s", 0.0)) + cpu,
-                    sched.total_bytes, sched.waste_bytes, list(sched.recording_ids), [seg], list(sched.files),
+                    seg.bytes, sched.waste_bytes, list(sched.recording_ids), [seg], list(sched.files),
                     copy.deepcopy(sched.extents), profile_id=sched.profile_id, params=params)
