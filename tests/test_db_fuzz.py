@@ -364,6 +364,6 @@ def test_the_learner_survives_any_exception_in_one_launchs_handling(tmp_path, mo
     lr.guarded("a step", boom)
     out = capsys.readouterr().out
     assert "analysis of auto-x-1 failed: ZeroDivisionError: a bug" in out
-    assert "hook index not refreshed after a relearn verdict: ZeroDivisionError" in out
+    assert "hook index not refreshed after a verdict that changed the app's schedule: ZeroDivisionError" in out
     assert "declined: ZeroDivisionError" in out and "a step failed: ZeroDivisionError" in out
     assert json.loads(paths.learner_events.read_text().splitlines()[-1])["error"] == "ZeroDivisionError: a bug"
