@@ -8,8 +8,9 @@ own reads; a disk busier than profiled) the segmented launch can be slower than 
 schedule fetched whole. So after the first comparable launch of a segmented schedule the app's
 next launches use the schedule fetched whole (analyzer/whole.py); after its first comparable
 launch the faster of the two is kept, the whole one only if faster by the noise margin of the
-app's cold launches: settled within 3 launches, and never slower than fetching the schedule
-whole by more than that margin. Decided once per schedule (a new analysis tries again).
+app's cold launches: settled within 3 launches from one launch of each, so up to the noise of
+one launch the steady state is not slower than fetching the schedule whole by more than that
+margin. Decided once per schedule (a new analysis tries again).
 
 A comparable launch (feedback.judge): timed, alone on the disk, started cold, its prefetched pages
 kept to its exit."""
