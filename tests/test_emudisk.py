@@ -242,6 +242,30 @@ def test_images_are_copied_from_tmpfs_copies_kept_within_a_budget(tmp_path, monk
     assert (tmp_path / "f.img").read_bytes()[:3] == b"new" and (tmp_path / "f.img").stat().st_size == 64 << 20
 
 
+def test_images_live_in_a_tmpfs_of_their_own_in_large_pages(tmp_path, monkeypatch):
+    """Every drop_caches walks the cached pages of every file, tmpfs ones too, which it cannot
+    drop: the images get a tmpfs of their own, mounted once by the first caller with
+    huge=within_size (large pages where the file is written), and the copies staged in /dev/shm
+    before it are removed (not a live disk's image there)."""
+    require(os.geteuid() == 0, "mounts a tmpfs: needs root")
+    from warmstart.emudisk import image, sysops
+    from warmstart.mountinfo import mounts
+    mem, legacy = tmp_path / "mem", tmp_path / "shm"
+    (legacy / "images").mkdir(parents=True)
+    (legacy / "images" / "system-x.img").write_bytes(b"x")
+    (legacy / "live.img").write_bytes(b"y")
+    monkeypatch.delenv("WARMSTART_EMU_TMPFS", raising=False)
+    monkeypatch.setattr(image, "TMPFS", mem)
+    monkeypatch.setattr(image, "LEGACY_TMPFS", legacy)
+    try:
+        assert image.tmpfs_dir() == mem and image.tmpfs_dir() == mem
+        mine = [m for m in mounts() if m.target == os.fsencode(mem)]
+        assert len(mine) == 1 and mine[0].fstype == "tmpfs" and b"huge=within_size" in mine[0].options, mine
+        assert not (legacy / "images").exists() and (legacy / "live.img").exists()
+    finally:
+        sysops.unmount_all_under(mem)
+
+
 def test_ssd_profile():
     require(have_fuse() and have_loop(), "needs root, /dev/fuse, fusermount3 and loop devices")
     from warmstart.emudisk import EmuDisk

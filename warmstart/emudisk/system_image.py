@@ -155,8 +155,9 @@ def build(order: List[packages.Package], size_mb: int, dest: Path, layout: str =
           fs: str = "ext4", progress: Progress = None) -> None:
     """Write the packages' files in order into a fresh file system fs, then store it at dest."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=images.tmpfs_dir().parent
-                                 if images.tmpfs_dir().exists() else None))
+    mem = images.tmpfs_dir()
+    mem.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=mem))
     img, mnt, loop = work / "system.img", work / "mnt", None
     tmp = dest.with_name(f"{dest.name}.{os.getpid()}.part")
     try:
