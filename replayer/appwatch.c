@@ -119,6 +119,26 @@ static void count_wchan(struct appwatch *w, pid_t p, pid_t tid)
 	w->wchan[free_slot].n = 1;
 }
 
+/* The run delay of a task (the second field of its schedstat), kept as its latest value. */
+static void note_run_delay(struct appwatch *w, pid_t p, const char *tid)
+{
+	char path[320], buf[96];
+	snprintf(path, sizeof(path), "/proc/%d/task/%s/schedstat", p, tid);
+	unsigned long long on_cpu, delay;
+	if (read_small(path, buf, sizeof(buf)) <= 0 || sscanf(buf, "%llu %llu", &on_cpu, &delay) != 2)
+		return;
+	pid_t t = (pid_t)atoi(tid);
+	uint32_t n = w->runq_tasks < APPWATCH_RUNQ_TASKS ? w->runq_tasks : APPWATCH_RUNQ_TASKS;
+	for (uint32_t i = 0; i < n; i++)
+		if (w->runq[i].tid == t) {
+			w->runq[i].delay_ns = delay;
+			return;
+		}
+	if (w->runq_tasks < APPWATCH_RUNQ_TASKS)
+		w->runq[w->runq_tasks] = (typeof(w->runq[0])){t, delay};
+	w->runq_tasks++;
+}
+
 /* One look at every task of every followed process: is one running, is one waiting in D?
  * Processes gone are dropped; returns false once none is left. */
 static bool sample(struct appwatch *w, bool *running, bool *waiting, pid_t *dp, pid_t *dtid)
@@ -141,6 +161,7 @@ static bool sample(struct appwatch *w, bool *running, bool *waiting, pid_t *dp, 
 			if (read_small(tpath, buf, sizeof(buf)) <= 0)
 				continue;
 			char s = appwatch_state(buf);
+			note_run_delay(w, w->procs[i], de->d_name);
 			if (s == 'R')
 				*running = true;
 			else if (s == 'D' && !*waiting) {
@@ -226,6 +247,8 @@ static void loop(struct appwatch *w)
 			interval = 50 * cost;
 	}
 	w->cpu_ns = cpu_now_ns();
+	for (uint32_t i = 0; i < w->runq_tasks && i < APPWATCH_RUNQ_TASKS; i++)
+		w->runq_ns += w->runq[i].delay_ns;
 }
 
 static size_t mapping_size(uint32_t nsegs)
@@ -303,11 +326,11 @@ void appwatch_write(FILE *f, const struct appwatch *w)
 		total += w->waited_ns[i];
 	fprintf(f, "\"app_wait\": {\"interval_ns\": %llu, \"samples\": %llu, \"running_samples\": %llu, "
 		"\"waiting_samples\": %llu, \"waited_ns\": %llu, \"first_wait_ns\": %llu, \"last_wait_ns\": %llu, "
-		"\"procs_seen\": %u, \"cpu_ns\": %llu, \"segments_ns\": [",
+		"\"procs_seen\": %u, \"cpu_ns\": %llu, \"runq_ns\": %llu, \"runq_tasks\": %u, \"segments_ns\": [",
 		APPWATCH_INTERVAL_NS, (unsigned long long)w->samples, (unsigned long long)w->running_samples,
 		(unsigned long long)w->waiting_samples, (unsigned long long)total,
 		(unsigned long long)w->first_wait_ns, (unsigned long long)w->last_wait_ns, w->procs_seen,
-		(unsigned long long)w->cpu_ns);
+		(unsigned long long)w->cpu_ns, (unsigned long long)w->runq_ns, w->runq_tasks);
 	for (uint32_t i = 0; w->waited_ns && i < w->nsegs; i++)
 		fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)w->waited_ns[i]);
 	fprintf(f, "], \"after_ns\": %llu, \"wchan\": {",

@@ -8,7 +8,11 @@
  * app waiting (the time since the previous look whole if that one saw it waiting too, else half,
  * and half of the next interval where it stopped); it is charged to the segment the replay was
  * submitting then, or to "after" once the replay is done (its last reads may still be in
- * flight). Only with --pid: the pidfd's app. */
+ * flight). Each look also reads every task's run delay (/proc/PID/task/TID/schedstat: the time
+ * it was runnable and waited for a CPU, since it started); the last value seen of each, summed,
+ * is the time the app waited for a CPU (runq_ns: the replayer, the disk's own work and anything
+ * else running beside it), the part of its launch that neither its CPU time nor its waits on the
+ * disk account for. Only with --pid: the pidfd's app. */
 #ifndef APPWATCH_H
 #define APPWATCH_H
 
@@ -22,6 +26,7 @@
 #define APPWATCH_MAX_NS (20ull * 1000000000) /* a long-running app: stop sampling 20 s after the release */
 #define APPWATCH_TASKS 64                   /* processes followed at most */
 #define APPWATCH_WCHANS 4                   /* the kernel functions most waited in, kept */
+#define APPWATCH_RUNQ_TASKS 256             /* tasks whose run delay is kept (the rest not counted) */
 
 struct appwatch {
 	uint32_t nsegs;
@@ -36,6 +41,8 @@ struct appwatch {
 	uint64_t first_wait_ns, last_wait_ns; /* after the release; 0: never waited */
 	uint32_t procs_seen;
 	uint64_t cpu_ns;                     /* the sampling process's own CPU time */
+	uint64_t runq_ns;                    /* the app's tasks' run delays summed (see above) */
+	uint32_t runq_tasks;                 /* tasks seen; beyond APPWATCH_RUNQ_TASKS not counted */
 	struct { char name[48]; uint32_t n; } wchan[APPWATCH_WCHANS];
 	/* internal */
 	pid_t child;                         /* the sampling process; 0: none running */
@@ -43,6 +50,7 @@ struct appwatch {
 	uint32_t nprocs;
 	pid_t last_pid, pid_max;
 	uint64_t last_scan_ns, other_wchan;
+	struct { pid_t tid; uint64_t delay_ns; } runq[APPWATCH_RUNQ_TASKS];
 };
 
 /* Starts watching pid (the app, held at its exec): the watch, in a shared mapping, or NULL

@@ -9,7 +9,9 @@ launches (those of its schedule fetched whole are counted apart) of
   seg 1      segment 1's share of the bytes the schedule fetched (the rest is fetched beside the app);
   app CPU    the app's own CPU time (user + system, all its threads and children);
   waited     the time the released app waited on the disk (the replayer's app watch);
-  rest       launch - release - app CPU: what neither the pre-buffer nor the app's CPU explains.
+  runq       the time it waited for a CPU (the watch's run delays; "-" from a replayer without);
+  rest       launch - release - app CPU: what neither the pre-buffer nor the app's CPU explains
+             (the waits above are in it, and the time from the exec to the replay's start).
 A launch with rest near 0 ran its CPU after the pre-buffer, in series: interleaving hid nothing
 more than what the later segments took.
 
@@ -42,12 +44,15 @@ def breakdown(conn, bench_id: str) -> dict:
         per_app.setdefault(names.get(row["app_id"], str(row["app_id"])), {}).setdefault(kind, []).append({
             "launch_s": row["launch_time_s"], "release_s": r["t_prebuffer_ns"] / 1e9,
             "seg1_share": segs[0]["bytes"] / total, "app_cpu_s": cpu,
-            "waited_s": ((r.get("app_wait") or {}).get("waited_ns") or 0) / 1e9})
+            "waited_s": ((r.get("app_wait") or {}).get("waited_ns") or 0) / 1e9,
+            "runq_s": ((r.get("app_wait") or {}).get("runq_ns") or 0) / 1e9 if "runq_ns" in (r.get("app_wait") or {})
+            else None})
     out = {}
     for app, kinds in sorted(per_app.items()):
         out[app] = {}
         for kind, xs in kinds.items():
-            med = {k: statistics.median(x[k] for x in xs) for k in xs[0]}
+            med = {k: statistics.median(x[k] for x in xs) if all(x[k] is not None for x in xs) else None
+                   for k in xs[0]}
             med["rest_s"] = statistics.median(x["launch_s"] - x["release_s"] - x["app_cpu_s"] for x in xs)
             out[app][kind] = dict(med, n=len(xs))
     return out
@@ -70,11 +75,12 @@ def main() -> int:
         print(json.dumps(out, indent=1))
         return 0
     print(f"{'app':24s} {'schedule':9s} {'n':>2s} {'launch':>7s} {'release':>8s} {'seg 1':>6s} "
-          f"{'app CPU':>8s} {'waited':>7s} {'rest':>7s}")
+          f"{'app CPU':>8s} {'waited':>7s} {'runq':>6s} {'rest':>7s}")
     for app, kinds in out.items():
         for kind, m in kinds.items():
             print(f"{app:24s} {kind:9s} {m['n']:2d} {m['launch_s']:7.3f} {m['release_s']:8.3f} "
-                  f"{m['seg1_share']:6.0%} {m['app_cpu_s']:8.3f} {m['waited_s']:7.3f} {m['rest_s']:+7.3f}")
+                  f"{m['seg1_share']:6.0%} {m['app_cpu_s']:8.3f} {m['waited_s']:7.3f} "
+                  f"{'-' if m['runq_s'] is None else format(m['runq_s'], '.3f'):>6s} {m['rest_s']:+7.3f}")
     return 0
 
 

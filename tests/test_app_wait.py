@@ -129,3 +129,54 @@ def test_the_watch_runs_beside_the_replayer_which_stays_one_thread(tmp_path):
     assert rp.returncode == 0, err
     assert st["app_wait"]["samples"] >= 50, st["app_wait"]   # released at once: ~1.5 s of looks, every 10 ms at least
     assert not os.path.exists(f"/proc/{children[0]}"), "the watch outlived the replayer"
+
+
+SPIN = r"""
+import json, time
+time.sleep(0.3)
+w, c = time.monotonic(), time.process_time()
+while time.process_time() - c < 0.2:
+    pass
+w, c = time.monotonic() - w, time.process_time() - c
+delay = int(open("/proc/self/schedstat").read().split()[1]) / 1e9
+print(json.dumps({"spin_wall_s": w, "spin_cpu_s": c, "run_delay_s": delay}))
+"""
+
+
+def test_the_watch_counts_the_time_the_app_waited_for_a_cpu(tmp_path):
+    """runq_ns: the app's tasks' run delays (schedstat), the time it was runnable and waited for
+    a CPU. The app spins 0.2 s of CPU on CPU 0 while another process spins there too: it waits
+    at least as long as it runs, by its own clock (wall - CPU of the spin) and by its own
+    schedstat before its exit; the watch counts at least that and no more than the app's whole
+    life's wall time less its CPU time and its 0.3 s sleep."""
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    require(os.path.exists("/proc/self/schedstat"), "needs /proc/PID/schedstat (CONFIG_SCHED_INFO)")
+    f = _file(tmp_path / "data", MIB, 68)
+    conn = open_db(tmp_path / "db")
+    export = build(conn, [f], [[(0, 0, 64)]], tmp_path)   # KiB
+    pin = lambda: os.sched_setaffinity(0, {0})   # noqa: E731
+    rival = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin)
+    try:
+        t0 = time.monotonic()
+        app = subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, preexec_fn=pin)
+        try:
+            rc, st, err = run_replayer(export, "--mode", "reorder", "--pid", str(app.pid), "--judge-at-exit", "20")
+        finally:
+            out = app.stdout.read()
+            _, status, ru = os.wait4(app.pid, 0)
+            life = time.monotonic() - t0
+            app.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        rival.kill()
+        rival.wait()
+    assert rc == 0 and app.returncode == 0, err
+    own, w = json.loads(out), st["app_wait"]
+    runq = w["runq_ns"] / 1e9
+    print(f"\nrun delay: the app's own {own['run_delay_s'] * 1e3:.0f} ms (spin: wall {own['spin_wall_s'] * 1e3:.0f} ms, "
+          f"CPU {own['spin_cpu_s'] * 1e3:.0f} ms); the watch's {runq * 1e3:.0f} ms over {w['runq_tasks']} task(s), "
+          f"{w['samples']} looks")
+    waited_for_cpu = own["spin_wall_s"] - own["spin_cpu_s"]
+    assert waited_for_cpu > 0.12, own                      # the rival took CPU 0 about half the time
+    assert own["run_delay_s"] >= 0.9 * waited_for_cpu, own
+    most = life - (ru.ru_utime + ru.ru_stime) - 0.3
+    assert w["runq_tasks"] == 1 and own["run_delay_s"] - 0.01 <= runq <= most, (w, own, most)

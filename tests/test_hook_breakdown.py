@@ -23,9 +23,9 @@ def _load():
     return mod
 
 
-def _launch(conn, app_id, bench, t, release_s, seg_bytes, cpu, waited_ns=0, mode="hook"):
+def _launch(conn, app_id, bench, t, release_s, seg_bytes, cpu, waited_ns=0, mode="hook", runq_ns=None):
     replay = {"t_prebuffer_ns": int(release_s * 1e9), "segments": [{"bytes": b} for b in seg_bytes],
-              "app_wait": {"waited_ns": waited_ns}}
+              "app_wait": {"waited_ns": waited_ns, **({} if runq_ns is None else {"runq_ns": runq_ns})}}
     insert_launch(conn, mode=mode, launch_time_s=t, app_id=app_id, bench_id=bench,
                   details={"replay": replay, "bench": {"app_cpu_s": cpu}})
 
@@ -37,9 +37,9 @@ def bench_db(tmp_path):
     with conn:
         a = upsert_app(conn, "a", b"/bin/true", ["true"])
         b = upsert_app(conn, "b", b"/bin/false", ["false"])
-        _launch(conn, a, "B1", 0.50, 0.10, [30, 70], 0.30, waited_ns=20_000_000)
-        _launch(conn, a, "B1", 0.70, 0.20, [30, 70], 0.40)
-        _launch(conn, a, "B1", 0.90, 0.30, [30, 70], 0.50)
+        _launch(conn, a, "B1", 0.50, 0.10, [30, 70], 0.30, waited_ns=20_000_000, runq_ns=10_000_000)
+        _launch(conn, a, "B1", 0.70, 0.20, [30, 70], 0.40, runq_ns=30_000_000)
+        _launch(conn, a, "B1", 0.90, 0.30, [30, 70], 0.50, runq_ns=50_000_000)
         _launch(conn, a, "B1", 0.60, 0.45, [100], 0.10)                   # its schedule fetched whole
         _launch(conn, a, "B1", 0.10, 0.01, [30, 70], 0.05, mode="segmented")   # not a hooked launch
         _launch(conn, a, "B2", 0.10, 0.01, [30, 70], 0.05)                 # another bench run
@@ -58,9 +58,11 @@ def test_medians_per_app_and_schedule_kind(bench_db):
     assert seg["launch_s"] == pytest.approx(0.70) and seg["release_s"] == pytest.approx(0.20)
     assert seg["app_cpu_s"] == pytest.approx(0.40) and seg["seg1_share"] == pytest.approx(0.30)
     assert seg["rest_s"] == pytest.approx(0.10) and seg["waited_s"] == pytest.approx(0.0)
+    assert seg["runq_s"] == pytest.approx(0.03)
     whole = out["a"]["whole"]
     assert whole["n"] == 1 and whole["seg1_share"] == pytest.approx(1.0) and whole["rest_s"] == pytest.approx(0.05)
     assert out["b"]["segmented"]["n"] == 1 and out["b"]["segmented"]["rest_s"] == pytest.approx(0.05)
+    assert whole["runq_s"] is None    # a replayer that did not count it: not a 0
 
 
 def test_command_line(bench_db):

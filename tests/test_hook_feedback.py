@@ -157,9 +157,9 @@ def test_a_launch_without_an_exact_time_is_stored_as_not_timed_and_shown_so(db, 
 
 
 def test_hook_status_shows_how_long_the_app_waited_on_the_disk_after_its_release(db, tmp_path, monkeypatch):
-    """The replayer's app_wait of each launch goes into its verdict; `hook status` shows their
-    median and where the app waited most often. A launch the replayer did not watch counts in
-    neither."""
+    """The replayer's app_wait of each launch goes into its verdict (with the time the app waited
+    for a CPU, where the replayer counted it); `hook status` shows their median and where the
+    app waited most often. A launch the replayer did not watch counts in neither."""
     from click.testing import CliRunner
     from warmstart.cli import cli
     conn, sid = db
@@ -170,10 +170,13 @@ def test_hook_status_shows_how_long_the_app_waited_on_the_disk_after_its_release
         if ms is not None:
             s["app_wait"] = {"waited_ns": ms * 1_000_000, "segments_ns": [0, ms * 400_000],
                              "after_ns": ms * 600_000, "wchan": {where: ms, "other": 2}}
+            if ms != 50:   # the time it waited for a CPU; a replayer from before it has none
+                s["app_wait"]["runq_ns"] = ms * 200_000
         _, v = judge(conn, sid, s, HookConfig())
         assert v["app_wait"] == (None if ms is None else {
             "waited_s": pytest.approx(ms / 1000), "segments_s": [0, pytest.approx(ms * 0.0004)],
-            "after_s": pytest.approx(ms * 0.0006), "mostly_in": where})
+            "after_s": pytest.approx(ms * 0.0006), "mostly_in": where,
+            "runq_s": None if ms == 50 else pytest.approx(ms * 0.0002)})
     monkeypatch.setenv("WARMSTART_HOOK_ROOT", str(tmp_path / "hookroot"))
     r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status"])
     assert r.exit_code == 0, r.output

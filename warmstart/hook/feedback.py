@@ -183,13 +183,15 @@ def expected_time(t_exp: Optional[Tuple[float, float]], stats: Optional[dict]) -
 def app_wait(stats: Optional[dict]) -> Optional[dict]:
     """When the released app waited on the disk (the replayer's `app_wait`, replayer/appwatch.c):
     seconds in all, per segment the replay was submitting then, after the replay, and the kernel
-    function it waited in most often; None where the replayer did not watch (no --pid)."""
+    function it waited in most often; and how long it waited for a CPU (runq_s; None from a
+    replayer that did not count it); None where the replayer did not watch (no --pid)."""
     w = (stats or {}).get("app_wait")
     if not w:
         return None
     named = {k: v for k, v in (w.get("wchan") or {}).items() if k != "other"}
     return {"waited_s": w["waited_ns"] / 1e9, "segments_s": [x / 1e9 for x in w.get("segments_ns") or []],
-            "after_s": (w.get("after_ns") or 0) / 1e9, "mostly_in": max(named, key=named.get) if named else None}
+            "after_s": (w.get("after_ns") or 0) / 1e9, "mostly_in": max(named, key=named.get) if named else None,
+            "runq_s": w["runq_ns"] / 1e9 if "runq_ns" in w else None}
 
 
 def judged_history(conn, app_id: int, schedule_id: Optional[int] = None) -> List[dict]:
