@@ -146,8 +146,8 @@ print(json.dumps({"spin_wall_s": w, "spin_cpu_s": c, "run_delay_s": delay}))
 def test_the_watch_counts_the_time_the_app_waited_for_a_cpu(tmp_path):
     """runq_ns: the app's tasks' run delays (schedstat), the time it was runnable and waited for
     a CPU. The app spins 0.2 s of CPU on CPU 0 while another process spins there too: it waits
-    at least as long as it runs, by its own clock (wall - CPU of the spin) and by its own
-    schedstat before its exit; the watch counts at least that and no more than the app's whole
+    about as long as it runs (over 60 % of it), by its own clock (wall - CPU of the spin) and by
+    its own schedstat before its exit; the watch counts at least that and no more than the app's whole
     life's wall time less its CPU time and its 0.3 s sleep."""
     require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
     require(os.path.exists("/proc/self/schedstat"), "needs /proc/PID/schedstat (CONFIG_SCHED_INFO)")
