@@ -96,7 +96,8 @@ def status(obj, as_json):
             cold = "" if a["cold_s"] is None else f", cold {a['cold_s']:.3f} s"
             waited = "" if a.get("waited_median_s") is None else \
                 f"; waited on the disk after its release: median {a['waited_median_s'] * 1000:.0f} ms" + \
-                (f", mostly in {a['waited_mostly_in']}" if a.get("waited_mostly_in") else "")
+                (f", mostly in {a['waited_mostly_in']}" if a.get("waited_mostly_in") else "") + \
+                ("" if a.get("runq_median_s") is None else f"; for a CPU: median {a['runq_median_s'] * 1000:.0f} ms")
             lines.append(f"hooked: {a['app']}: {a['launches']} launch(es), {med}{cold}{waited}"
                          + (f"; {a['not_timed']} not timed ({a['not_timed_reason']})" if a["not_timed"] else "")
                          + (f"; segmented or whole: {describe(a['trial'])}" if a.get("trial") else ""))

@@ -363,7 +363,8 @@ def degraded(conn, cfg) -> Dict[str, str]:
 def hooked_apps(conn) -> List[dict]:
     """Per app with hooked launches: how many, how many have an exact time, their median, the
     cold reference, why the latest untimed one has none, how long the app waited on the disk
-    after its release (median) and where, and its latest segmented-or-whole step (trial.py).
+    after its release (median) and where, and for a CPU (median over the launches whose
+    replayer counted it), and its latest segmented-or-whole step (trial.py).
     What `hook status` shows."""
     out = []
     for app_id, name in launches.apps_with_hook_launches(conn):
@@ -373,12 +374,14 @@ def hooked_apps(conn) -> List[dict]:
         cold = cold_reference(conn, app_id)
         waits = [w for w in ((r["details"].get("feedback") or {}).get("app_wait") for r in rows) if w]
         places = [w["mostly_in"] for w in waits if w["mostly_in"]]
+        runq = [w["runq_s"] for w in waits if w.get("runq_s") is not None]
         trials = [t for t in ((r["details"].get("feedback") or {}).get("trial") for r in rows) if t]
         out.append({"app": name, "launches": len(rows), "timed": len(times), "not_timed": len(untimed),
                     "median_s": statistics.median(times) if times else None,
                     "cold_s": cold["median_s"] if cold else None,
                     "waited_median_s": statistics.median(w["waited_s"] for w in waits) if waits else None,
                     "waited_mostly_in": max(set(places), key=places.count) if places else None,
+                    "runq_median_s": statistics.median(runq) if runq else None,
                     "trial": trials[-1] if trials else None,
                     "not_timed_reason": (untimed[-1]["details"].get("not_timed") or "no exact time")
                     if untimed else None})
