@@ -28,25 +28,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def breakdown(conn, bench_id: str) -> dict:
+    from warmstart.bench.matrix import launch_cpu_s
     from warmstart.db.launches import list_launches
     from warmstart.db.recordings import list_apps
+    from warmstart.hook.feedback import app_wait
     names = {a["id"]: a["name"] for a in list_apps(conn)}
     per_app: dict = {}
     for row in list_launches(conn, mode="hook", bench_id=bench_id):
-        d = row["details"]
-        r = d.get("replay") or {}
+        r = row["details"].get("replay") or {}
         segs = r.get("segments") or []
         total = sum(s["bytes"] for s in segs)
-        cpu = (d.get("bench") or {}).get("app_cpu_s", d.get("app_cpu_s"))
+        cpu = launch_cpu_s(row)
         if row["launch_time_s"] is None or not total or cpu is None or "t_prebuffer_ns" not in r:
             continue
+        w = app_wait(r) or {}
         kind = "segmented" if len(segs) > 1 else "whole"
         per_app.setdefault(names.get(row["app_id"], str(row["app_id"])), {}).setdefault(kind, []).append({
             "launch_s": row["launch_time_s"], "release_s": r["t_prebuffer_ns"] / 1e9,
             "seg1_share": segs[0]["bytes"] / total, "app_cpu_s": cpu,
-            "waited_s": ((r.get("app_wait") or {}).get("waited_ns") or 0) / 1e9,
-            "runq_s": ((r.get("app_wait") or {}).get("runq_ns") or 0) / 1e9 if "runq_ns" in (r.get("app_wait") or {})
-            else None})
+            "waited_s": w.get("waited_s", 0.0), "runq_s": w.get("runq_s")})
     out = {}
     for app, kinds in sorted(per_app.items()):
         out[app] = {}

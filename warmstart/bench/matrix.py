@@ -512,7 +512,8 @@ def _run_matrix(conn, db_path, cfg: BenchConfig, dut, doc: dict, bench_id: str, 
 PREFETCHED = ("interleave", "reorder", "reorder-ours", "segmented-paper", "segmented", "hook")
 
 
-def _cpu(row: dict) -> Optional[float]:
+def launch_cpu_s(row: dict) -> Optional[float]:
+    """A launch row's app CPU time (user + system, from wait4 at its exit), None if not known."""
     d = row["details"] or {}
     return (d.get("bench") or {}).get("app_cpu_s") or d.get("app_cpu_s")
 
@@ -521,7 +522,7 @@ def _vs_bound_at_cpu(rows: list, cut: Optional[float], sp: dict) -> Dict[str, Li
     """method -> launch time / LB at that launch's CPU (bound.launch_bound_at_cpu, scaled from
     the fastest warm launch and its CPU time), for each prefetched launch of one app with its CPU
     known."""
-    warm = [r for r in rows if r["method"] == "warm" and r["launch_time_s"] is not None and _cpu(r)]
+    warm = [r for r in rows if r["method"] == "warm" and r["launch_time_s"] is not None and launch_cpu_s(r)]
     if not warm:
         return {}
     w = min(warm, key=lambda r: r["launch_time_s"])
@@ -530,8 +531,8 @@ def _vs_bound_at_cpu(rows: list, cut: Optional[float], sp: dict) -> Dict[str, Li
     for r in rows:
         if r["method"] not in PREFETCHED or r["launch_time_s"] is None:
             continue
-        x = stats.ratio(r["launch_time_s"], launch_bound_at_cpu(_cpu(r), _cpu(w), cut, w["launch_time_s"],
-                                                                sp.get("seconds"), fetch))
+        x = stats.ratio(r["launch_time_s"], launch_bound_at_cpu(launch_cpu_s(r), launch_cpu_s(w), cut,
+                                                                w["launch_time_s"], sp.get("seconds"), fetch))
         if x is not None:
             out.setdefault(r["method"], []).append(x)
     return out

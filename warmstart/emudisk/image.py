@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ..errors import WarmstartError
-from .sysops import run
+from .sysops import is_mounted, run
 
 # mkfs command lines per file system, with the Debian package that has the program. ext4:
 # initialise inode tables and journal now, so no ext4lazyinit writes reach the emulated disk later
@@ -117,7 +117,7 @@ def tmpfs_dir() -> Path:
     env = os.environ.get("WARMSTART_EMU_TMPFS")
     if env:
         return Path(env)
-    if not os.path.ismount(TMPFS):
+    if not is_mounted(TMPFS):
         _mount_tmpfs()
     return TMPFS
 
@@ -126,7 +126,7 @@ def _mount_tmpfs() -> None:
     TMPFS.mkdir(parents=True, exist_ok=True)
     with open(TMPFS.with_name(TMPFS.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)      # two first callers: one mount, not one hiding the other
-        if os.path.ismount(TMPFS):
+        if is_mounted(TMPFS):
             return
         for options in TMPFS_OPTIONS:
             p = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "warmstart-emu", str(TMPFS)],
