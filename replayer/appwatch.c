@@ -128,15 +128,15 @@ static void note_run_delay(struct appwatch *w, pid_t p, const char *tid)
 	if (read_small(path, buf, sizeof(buf)) <= 0 || sscanf(buf, "%llu %llu", &on_cpu, &delay) != 2)
 		return;
 	pid_t t = (pid_t)atoi(tid);
-	uint32_t n = w->runq_tasks < APPWATCH_RUNQ_TASKS ? w->runq_tasks : APPWATCH_RUNQ_TASKS;
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < w->runq_tasks; i++)
 		if (w->runq[i].tid == t) {
 			w->runq[i].delay_ns = delay;
 			return;
 		}
 	if (w->runq_tasks < APPWATCH_RUNQ_TASKS)
-		w->runq[w->runq_tasks] = (typeof(w->runq[0])){t, delay};
-	w->runq_tasks++;
+		w->runq[w->runq_tasks++] = (typeof(w->runq[0])){t, delay};
+	else
+		w->runq_full = true;   /* a task it cannot keep: runq_ns is then a lower bound */
 }
 
 /* One look at every task of every followed process: is one running, is one waiting in D?
@@ -247,7 +247,7 @@ static void loop(struct appwatch *w)
 			interval = 50 * cost;
 	}
 	w->cpu_ns = cpu_now_ns();
-	for (uint32_t i = 0; i < w->runq_tasks && i < APPWATCH_RUNQ_TASKS; i++)
+	for (uint32_t i = 0; i < w->runq_tasks; i++)
 		w->runq_ns += w->runq[i].delay_ns;
 }
 
@@ -326,11 +326,12 @@ void appwatch_write(FILE *f, const struct appwatch *w)
 		total += w->waited_ns[i];
 	fprintf(f, "\"app_wait\": {\"interval_ns\": %llu, \"samples\": %llu, \"running_samples\": %llu, "
 		"\"waiting_samples\": %llu, \"waited_ns\": %llu, \"first_wait_ns\": %llu, \"last_wait_ns\": %llu, "
-		"\"procs_seen\": %u, \"cpu_ns\": %llu, \"runq_ns\": %llu, \"runq_tasks\": %u, \"segments_ns\": [",
+		"\"procs_seen\": %u, \"cpu_ns\": %llu, \"runq_ns\": %llu, \"runq_tasks\": %u, \"runq_full\": %s, \"segments_ns\": [",
 		APPWATCH_INTERVAL_NS, (unsigned long long)w->samples, (unsigned long long)w->running_samples,
 		(unsigned long long)w->waiting_samples, (unsigned long long)total,
 		(unsigned long long)w->first_wait_ns, (unsigned long long)w->last_wait_ns, w->procs_seen,
-		(unsigned long long)w->cpu_ns, (unsigned long long)w->runq_ns, w->runq_tasks);
+		(unsigned long long)w->cpu_ns, (unsigned long long)w->runq_ns, w->runq_tasks,
+		w->runq_full ? "true" : "false");
 	for (uint32_t i = 0; w->waited_ns && i < w->nsegs; i++)
 		fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)w->waited_ns[i]);
 	fprintf(f, "], \"after_ns\": %llu, \"wchan\": {",

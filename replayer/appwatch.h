@@ -42,7 +42,8 @@ struct appwatch {
 	uint32_t procs_seen;
 	uint64_t cpu_ns;                     /* the sampling process's own CPU time */
 	uint64_t runq_ns;                    /* the app's tasks' run delays summed (see above) */
-	uint32_t runq_tasks;                 /* tasks seen; beyond APPWATCH_RUNQ_TASKS not counted */
+	uint32_t runq_tasks;                 /* tasks counted in it, at most APPWATCH_RUNQ_TASKS */
+	bool runq_full;                      /* more tasks than that were seen: runq_ns is a lower bound */
 	struct { char name[48]; uint32_t n; } wchan[APPWATCH_WCHANS];
 	/* internal */
 	pid_t child;                         /* the sampling process; 0: none running */

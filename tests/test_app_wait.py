@@ -179,4 +179,23 @@ def test_the_watch_counts_the_time_the_app_waited_for_a_cpu(tmp_path):
     assert waited_for_cpu > 0.12, own                      # the rival took CPU 0 about half the time
     assert own["run_delay_s"] >= 0.9 * waited_for_cpu, own
     most = life - (ru.ru_utime + ru.ru_stime) - 0.3
-    assert w["runq_tasks"] == 1 and own["run_delay_s"] - 0.01 <= runq <= most, (w, own, most)
+    assert w["runq_tasks"] == 1 and not w["runq_full"] and own["run_delay_s"] - 0.01 <= runq <= most, (w, own, most)
+
+
+def test_the_watch_keeps_the_run_delays_of_256_tasks_and_says_when_there_were_more(tmp_path):
+    """An app of 300 threads (each asleep for a second): the watch counts 256 of them, each once
+    however many looks saw it, and marks its run delay a lower bound (runq_full)."""
+    require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
+    f = _file(tmp_path / "data", MIB, 69)
+    conn = open_db(tmp_path / "db")
+    export = build(conn, [f], [[(0, 0, 64)]], tmp_path)   # KiB
+    app = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                            "ts = [threading.Thread(target=time.sleep, args=(1.0,)) for _ in range(300)]\n"
+                            "[t.start() for t in ts]\n[t.join() for t in ts]"])
+    try:
+        rc, st, err = run_replayer(export, "--mode", "reorder", "--pid", str(app.pid), "--judge-at-exit", "20")
+    finally:
+        app.wait(timeout=60)
+    assert rc == 0 and app.returncode == 0, err
+    w = st["app_wait"]
+    assert w["samples"] >= 3 and w["runq_tasks"] == 256 and w["runq_full"], w
