@@ -82,17 +82,43 @@ class CalibratedCost(Cost):
 class WithSteps(Cost):
     """A segment's time in the launch where the replayer warms metadata through the file system
     (XFS, btrfs): base's DISK_ACCESS of its data, and before it the metadata step's share of the
-    segment, what its accesses need (step_s[i]: p_i's, metadata_step_costs), one read at a time."""
+    segment, what its accesses need, one read at a time: the reads of p_a..p_b (meta_reads[i]:
+    p_i's, analyze.map_sequence) timed as metadata_step times a segment's share (merged where they
+    touch, each run an average switch), so a segment's t_i holds the share the schedule stores."""
 
-    def __init__(self, base: Cost, step_s: Sequence[float]):
+    def __init__(self, base: Cost, meta_reads: Sequence[Sequence[Sequence[int]]],
+                 profile_of: Callable[[int], Optional[DiskProfile]]):
         super().__init__()
+        import numpy as np
         self.base = base
-        self.pre = [0.0]
-        for t in step_s:
-            self.pre.append(self.pre[-1] + t)
+        flat = sorted((int(d), int(s), int(n), i) for i, rs in enumerate(meta_reads) for d, s, n in rs)
+        self.devs = {}
+        for dev in sorted({r[0] for r in flat}):
+            prof = profile_of(dev)
+            if prof is None:       # not timed, as metadata_step leaves it
+                continue
+            rows = np.array([r[1:] for r in flat if r[0] == dev], dtype=np.int64).reshape(-1, 3)
+            self.devs[dev] = (prof, rows[:, 0], rows[:, 0] + rows[:, 1], rows[:, 2])
+
+    def step(self, a: int, b: int) -> float:
+        """metadata_step(reads of p_a..p_b)["t_s"], without building its lists."""
+        import numpy as np
+        t = 0.0
+        for prof, start, end, item in self.devs.values():
+            sel = (item >= a) & (item <= b)
+            if not sel.any():
+                continue
+            s, e = start[sel], end[sel]
+            reach = np.maximum.accumulate(e)
+            new = np.ones(len(s), dtype=bool)
+            new[1:] = s[1:] > reach[:-1]          # a gap: another run (touching ones merge)
+            first = np.flatnonzero(new)
+            run_start, run_end = s[first], np.maximum.reduceat(e, first)
+            t += prof.scattered_time([(0, int(x) * 512, int(y - x) * 512) for x, y in zip(run_start, run_end)])
+        return t
 
     def measure(self, a: int, b: int) -> float:
-        return self.base(a, b) + self.pre[b + 1] - self.pre[a]
+        return self.base(a, b) + self.step(a, b)
 
     def exhausted(self) -> bool:
         return self.base.exhausted()
@@ -173,13 +199,6 @@ def metadata_step(reads: Sequence[Sequence[int]], profile_of: Callable[[int], Op
         out["segments"] = [p["reads"] for p in parts]
         out["segments_s"] = [p["t_s"] for p in parts]
     return out
-
-
-def metadata_step_costs(meta_reads: Sequence[Sequence[Sequence[int]]],
-                        profile_of: Callable[[int], Optional[DiskProfile]]) -> List[float]:
-    """Each p_i's share of the metadata step: the time of the launch's metadata reads up to it
-    (analyze.map_sequence), as metadata_step times them; all 0 where the step has nothing to do."""
-    return [metadata_step(r, profile_of)["t_s"] if r else 0.0 for r in meta_reads]
 
 
 def schedule_profile(conn, sched: Schedule) -> Tuple[Optional[int], DiskProfile, str]:

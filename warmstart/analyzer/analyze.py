@@ -23,7 +23,7 @@ from ..model import Range, Schedule, Segment
 from ..errors import WarmstartError
 from ..fs import metadata as fs_metadata
 from . import bound, inputs, probe
-from .access import CalibratedCost, DiskCost, ModelCost, WithSteps, calibration, metadata_step, metadata_step_costs
+from .access import CalibratedCost, DiskCost, ModelCost, WithSteps, calibration, metadata_step
 from .ext4meta import MetadataFinder
 from .filemap import FileMap, Piece
 from .gapmerge import merge_gaps
@@ -106,7 +106,7 @@ def map_sequence(seq: LaunchSequence, fmap: FileMap, keep_fs_meta: bool = True):
     """Pieces of every p_i. A read of XFS/btrfs metadata (FileMap.fs_meta_reads: the replayer's
     metadata step reads it through the file system) stays in the sequence as a point in time with
     no pieces, its CPU after it its own: the step's work is split by segment like the data
-    (metadata_step_costs), and a launch that reads many small files inline in btrfs's tree (git's
+    (access.WithSteps), and a launch that reads many small files inline in btrfs's tree (git's
     loose objects) is a sequence of such reads with its CPU between them, not one lump after its
     last data read (keep_fs_meta=False: dropped like the rest, as before 2026-11-29, when the
     whole step ran before segment 1). Any other access with nothing left (a deleted file) gives
@@ -251,7 +251,10 @@ class CostSetup:
     model: Optional[ModelCost]
     disk: Optional[DiskCost]
     notes: Dict[str, object]
-    step_s: Sequence[float] = ()      # per p_i: its share of the metadata step (metadata_step_costs)
+    # per p_i: the launch's reads of XFS/btrfs metadata it needs (map_sequence), and the profile
+    # each device's are timed on: a segment's share of the metadata step (access.WithSteps)
+    meta_reads: Sequence[Sequence[Sequence[int]]] = ()
+    profile_of: Optional[Callable[[int], object]] = None
 
     @property
     def search(self):
@@ -261,7 +264,9 @@ class CostSetup:
     def timed(self, base):
         """A segment's time in the launch: `base`'s DISK_ACCESS and the metadata step the replayer
         runs before the segment's data (access.WithSteps); `base` itself where there is no step."""
-        return WithSteps(base, self.step_s) if any(self.step_s) else base
+        if not any(self.meta_reads) or self.profile_of is None:
+            return base
+        return WithSteps(base, self.meta_reads, self.profile_of)
 
 
 def _check_options(opts: Options) -> None:
@@ -273,7 +278,7 @@ def _check_options(opts: Options) -> None:
 
 def cost_setup(conn, items, table: PieceTable, opts: Options, cold_s: float) -> CostSetup:
     """The device, its profile, whether it can be probed, and the costs to segment with (the
-    metadata step's, step_s, are set by the caller: metadata_step_costs)."""
+    metadata step's, meta_reads and profile_of, are set by the caller)."""
     dev = main_dev(conn, (p for ps in items for p in ps))
     dev_path, prof_row = stored_profile(conn, dev)
     profile_id, prof = prof_row if prof_row else (None, None)
@@ -500,7 +505,7 @@ def analyze(conn, app_name: str, opts: Options = Options(), progress: Optional[C
         return profiles[dev]
 
     if opts.step_by_segment:
-        cost.step_s = metadata_step_costs(meta_reads, profile_of)
+        cost.meta_reads, cost.profile_of = meta_reads, profile_of
     say(f"segmenting {len(items)} requests ({cost.method} probes)")
     seg = segmentation(cpu_s, recs, opts, cost, say)                                # 5
     chosen = seg.chosen
