@@ -483,3 +483,27 @@ def test_no_trial_from_a_launch_that_cannot_be_compared_or_a_schedule_that_has_n
     assert v.get("trial") is None and active(conn) == newer
     _, v = judge(conn, newer, timed(1.0), HookConfig())
     assert v["trial"]["state"] == "trying whole"
+
+
+def test_launches_not_faster_than_cold_leave_the_index_while_the_trial_moves_them_between_schedules(db, tmp_path):
+    """The segmented-or-whole trial moves the app to the schedule fetched whole after its first
+    comparable launch, and back after the second: three launches in a row not clearly faster than
+    cold (cold 2.0 s), on the segmented, the whole and the segmented schedule, still take the app
+    off the prefetch path at the third (issue 22: within 3 launches), with both schedules stale.
+    Counted per schedule (as before), the segmented one had 2 and the whole one 1: a CI run saw
+    the app stay in the index."""
+    conn, _ = db
+    cfg = HookConfig(learn="off")
+    cold_recordings(conn, [1.9, 2.0, 2.1])
+    seg = segmented_schedule(conn)
+    _, v = judge(conn, seg, timed(2.3), cfg)
+    whole = v["trial"]["whole"]
+    assert v["slow"] and v["slow_streak"] == 1 and active(conn) == whole
+    _, v = judge(conn, whole, timed(2.2), cfg)
+    assert v["slow"] and v["slow_streak"] == 2 and v["trial"]["state"] == "kept segmented" and active(conn) == seg
+    _, v = judge(conn, seg, timed(2.25), cfg)
+    assert v["slow"] and v["slow_streak"] == 3 and v["action"] == "stopped", v
+    assert stale(conn, seg) and stale(conn, whole)
+    apps, skipped = _index_apps(conn, tmp_path, cfg)
+    assert "mail" not in apps and "stale" in skipped["mail"]
+    assert "3 launches in a row not clearly faster than cold" in feedback.degraded(conn, cfg)["mail"]

@@ -161,6 +161,15 @@ def schedule_t_exp(conn: sqlite3.Connection, schedule_id: int) -> Optional[Tuple
     return None if row is None else (row[0], float(row[1] or 0.0))
 
 
+def trial_schedules(conn: sqlite3.Connection, schedule_id: int) -> List[int]:
+    """The schedule and the other one of its segmented-or-whole trial (hook/trial.py: the whole
+    variant's `whole_of`, the segmented one's `whole_variant`), if it has one: one app's prefetch,
+    whose launches the feedback judges together."""
+    row = conn.execute("SELECT json_extract(params_json, '$.whole_of'), json_extract(params_json, '$.whole_variant')"
+                       " FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
+    return [schedule_id] + [int(x) for x in (row or ()) if x is not None]
+
+
 def activate_schedule(conn: sqlite3.Connection, app_name: str, schedule_id: int) -> None:
     """Make schedule_id the one `run` and the hook use for the app (the others stay, inactive)."""
     conn.execute("UPDATE schedules SET active = (id = ?) WHERE app_id = (SELECT id FROM apps WHERE name = ?)",

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..db import launches
 from ..db.recordings import cold_recordings, get_app_by_id
-from ..db.schedules import app_of_schedule, mark_stale, schedule_t_exp
+from ..db.schedules import app_of_schedule, mark_stale, schedule_t_exp, trial_schedules
 from . import trial
 
 MIB = 1 << 20
@@ -195,10 +195,13 @@ def app_wait(stats: Optional[dict]) -> Optional[dict]:
 
 
 def judged_history(conn, app_id: int, schedule_id: Optional[int] = None) -> List[dict]:
-    """The verdicts of this app's hooked launches (of one schedule, if given) that had one: judged
-    by hit ratio, or timed against cold; oldest first."""
+    """The verdicts of this app's hooked launches (of one schedule and the other of its
+    segmented-or-whole trial, if given: db.schedules.trial_schedules) that had one: judged by hit
+    ratio, or timed against cold; oldest first. The trial moves the app between its two schedules
+    launch by launch: apart, neither streak would reach stale_after_bad in time."""
+    ids = None if schedule_id is None else set(trial_schedules(conn, schedule_id))
     return [l["details"]["feedback"] for l in launches.list_launches(conn, app_id=app_id, mode="hook")
-            if (schedule_id is None or l["schedule_id"] == schedule_id)
+            if (ids is None or l["schedule_id"] in ids)
             and _has_verdict(l["details"].get("feedback") or {})]
 
 
@@ -333,8 +336,9 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
         # `warmstart record` + `analyze` by hand
         why = ("not clearly faster than cold" if verdict["action"] == "stopped" or
                verdict["slow_streak"] >= cfg.stale_after_bad else "bad verdicts")
-        mark_stale(conn, sid, reason=f"{max(verdict['bad_streak'], verdict['slow_streak'])} hooked launches "
-                                     f"in a row {why} (feedback): {verdict['reason']}")
+        for stale in trial_schedules(conn, sid):    # the trial's other schedule may be the active one
+            mark_stale(conn, stale, reason=f"{max(verdict['bad_streak'], verdict['slow_streak'])} hooked "
+                                           f"launches in a row {why} (feedback): {verdict['reason']}")
     return lid, verdict
 
 
