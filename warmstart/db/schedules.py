@@ -165,9 +165,11 @@ def trial_schedules(conn: sqlite3.Connection, schedule_id: int) -> List[int]:
     """The schedule and the other one of its segmented-or-whole trial (hook/trial.py: the whole
     variant's `whole_of`, the segmented one's `whole_variant`), if it has one: one app's prefetch,
     whose launches the feedback judges together."""
-    row = conn.execute("SELECT json_extract(params_json, '$.whole_of'), json_extract(params_json, '$.whole_variant')"
-                       " FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
-    return [schedule_id] + [int(x) for x in (row or ()) if x is not None]
+    row = conn.execute("SELECT id, params_json FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
+    if row is None:
+        return [schedule_id]
+    params = json.loads(check("schedules", row)["params_json"] or "{}")
+    return [schedule_id] + [x for x in (params.get("whole_of"), params.get("whole_variant")) if isinstance(x, int)]
 
 
 def activate_schedule(conn: sqlite3.Connection, app_name: str, schedule_id: int) -> None:
