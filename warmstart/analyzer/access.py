@@ -101,20 +101,13 @@ class WithSteps(Cost):
             self.devs[dev] = (prof, rows[:, 0], rows[:, 0] + rows[:, 1], rows[:, 2])
 
     def step(self, a: int, b: int) -> float:
-        """metadata_step(reads of p_a..p_b)["t_s"], without building its lists."""
-        import numpy as np
+        """metadata_step(reads of p_a..p_b)["t_s"]: the same runs (_runs), the reads picked from
+        arrays sorted once."""
         t = 0.0
-        for prof, start, end, item in self.devs.values():
+        for dev, (prof, start, end, item) in self.devs.items():
             sel = (item >= a) & (item <= b)
-            if not sel.any():
-                continue
-            s, e = start[sel], end[sel]
-            reach = np.maximum.accumulate(e)
-            new = np.ones(len(s), dtype=bool)
-            new[1:] = s[1:] > reach[:-1]          # a gap: another run (touching ones merge)
-            first = np.flatnonzero(new)
-            run_start, run_end = s[first], np.maximum.reduceat(e, first)
-            t += prof.scattered_time([(0, int(x) * 512, int(y - x) * 512) for x, y in zip(run_start, run_end)])
+            if sel.any():
+                t += prof.scattered_time(_runs(dev, start[sel], end[sel]))
         return t
 
     def measure(self, a: int, b: int) -> float:
@@ -170,6 +163,19 @@ def schedule_cost(sched: Schedule, profile: DiskProfile, locate: Optional[Locate
     return ScheduleCost(launch, per, requests, seeks)
 
 
+def _runs(dev: int, start, end) -> List[Tuple[int, int, int]]:
+    """Sector ranges [start, end) of one device, sorted by start, merged where they touch or
+    overlap: [(dev, byte start, byte length), ...], as the step's reads are timed."""
+    import numpy as np
+    if not len(start):
+        return []
+    reach = np.maximum.accumulate(end)
+    new = np.ones(len(start), dtype=bool)
+    new[1:] = start[1:] > reach[:-1]          # a gap: another run
+    first = np.flatnonzero(new)
+    return [(dev, int(a) * 512, int(b - a) * 512) for a, b in zip(start[first], np.maximum.reduceat(end, first))]
+
+
 def metadata_step(reads: Sequence[Sequence[int]], profile_of: Callable[[int], Optional[DiskProfile]],
                   by_segment: Optional[Sequence[Sequence[Sequence[int]]]] = None) -> dict:
     """The replayer's metadata step (XFS, btrfs: lookups and directory reads through the file
@@ -182,17 +188,16 @@ def metadata_step(reads: Sequence[Sequence[int]], profile_of: Callable[[int], Op
     `segments` and `segments_s` give each share, and the segments' t_i and t_exp count them (the
     hold counts the first). Without it, the step is all before the first segment, outside its t_i
     (schedules analyzed before 2026-11-29)."""
+    import numpy as np
     runs: List[List[int]] = []
-    for dev, sector, n in sorted({tuple(r) for r in reads}):
-        if runs and runs[-1][0] == dev and sector <= runs[-1][1] + runs[-1][2]:
-            runs[-1][2] = max(runs[-1][2], sector + n - runs[-1][1])
-        else:
-            runs.append([dev, sector, n])
     t = 0.0
-    for dev in sorted({r[0] for r in runs}):
+    for dev in sorted({int(r[0]) for r in reads}):
+        mine = np.array(sorted({(int(s), int(s) + int(n)) for d, s, n in reads if d == dev}), dtype=np.int64)
+        merged = _runs(dev, mine[:, 0], mine[:, 1])
+        runs += [[dev, b // 512, n // 512] for _, b, n in merged]
         prof = profile_of(dev)
         if prof is not None:
-            t += prof.scattered_time([(d, s * 512, n * 512) for d, s, n in runs if d == dev])
+            t += prof.scattered_time(merged)
     out = {"reads": runs, "t_s": t}
     if by_segment is not None:
         parts = [metadata_step(r, profile_of) for r in by_segment]
