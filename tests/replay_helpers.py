@@ -67,12 +67,27 @@ def without_reclaim(attempt, paths, tries: int = 3):
                          f"({taken} in the last): a test of exact residency cannot judge them")
 
 
-def evict(path) -> None:
-    """Drop one file's (or block device's) clean pages without touching anyone else's cache."""
+def evict(path, wait_s: float = 5.0) -> None:
+    """Drop one file's (or block device's) clean pages without touching anyone else's cache, and
+    see them gone. DONTNEED passes over pages still locked for I/O: an asynchronous fetch that
+    is still reading (the replayer's readahead and fadvise engines return before their I/O
+    completes) leaves its pages behind, so it is asked again until cachestat counts none. A
+    block device is asked once: the file system on it keeps its superblock's buffers."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd) if not str(path).startswith("/dev/") else None
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if str(path).startswith("/dev/"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            return
+        os.fsync(fd)
+        deadline = time.monotonic() + wait_s
+        while True:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            left = _cachestat(path, 0, 0).cache
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"evict({path}): {left} pages still cached after {wait_s} s")
+            time.sleep(0.01)
     finally:
         os.close(fd)
 

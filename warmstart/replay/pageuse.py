@@ -13,7 +13,12 @@ Use is traced with the filemap tracepoints, which (measured on 6.18, docs/replay
 hits as well as misses: mm_filemap_get_pages for read() (the requested index range, not clipped
 to the file size: we clip it), mm_filemap_map_pages for fault-around of a mapping (the window,
 clipped to the VMA and the file end), mm_filemap_fault for a page fault that fault-around did
-not satisfy. The instance follows this thread and what it forks (set_event_pid + event-fork)
+not satisfy. A read() can go unreported from its start: the get_pages tracepoint is skipped
+when its batch's last folio is still under I/O (the batch's other pages are copied, the loop asks
+again from the last one), so a read that starts on a miss is taken from the page_cache_sync_ra
+event its first batch fired (same request, same end), and an async_ra's window too, but only
+where the same task's next use of that file is a get_pages ending where it ends (a fault's
+readahead windows are the fault path's, not pages used: _read_requests). The instance follows this thread and what it forks (set_event_pid + event-fork)
 and keeps only the schedule's devices (an s_dev filter), both in the kernel; the launch's tree
 and time window are picked out afterwards (as the recorder picks its page uses:
 attribution.used_spans of tasks.build_tree), so the replayer's own reads never count as use.
@@ -24,12 +29,12 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from ..recorder.events import Event
+from ..recorder.events import READAHEAD, RA_EVENTS, USE_EVENTS, Event, filemap_pages, makedev
 from ..recorder.tracefs import Instance, tracefs_root
 
 PAGE = 4096
 EVENTS = ("filemap/mm_filemap_get_pages", "filemap/mm_filemap_map_pages", "filemap/mm_filemap_fault",
-          "sched/sched_process_fork")
+          "readahead/page_cache_sync_ra", "readahead/page_cache_async_ra", "sched/sched_process_fork")
 Pages = Dict[Tuple[int, int], Set[int]]   # (dev, ino) -> page indexes
 
 
@@ -100,6 +105,32 @@ def prefetched_pages(schedule, fss) -> Tuple[Pages, Dict[Tuple[int, int], int]]:
     return pages, sizes
 
 
+def _read_requests(events: List[Event]) -> List[Event]:
+    """events without the readahead events that are not a read()'s request: kept is a sync or
+    async readahead whose task's next use event on the same file is a get_pages whose last page
+    is the readahead's last (filemap_get_pages traces both with the read's end, and every call
+    of one read() has the same end)."""
+    out: List[Event] = []
+    pending: Dict[Tuple[int, int, int], Tuple[int, int]] = {}   # (tid, dev, ino) -> (slot in out, last page)
+    for ev in events:
+        if ev.name in RA_EVENTS:
+            m = READAHEAD.search(ev.body)
+            dev = makedev(m.group(1), m.group(2)) if m else None
+            if dev is not None:
+                pending[(ev.tid, dev, int(m.group(3), 16))] = (len(out), int(m.group(4)) + int(m.group(5)) - 1)
+                out.append(ev)
+            continue
+        if ev.name in USE_EVENTS:
+            f = filemap_pages(ev.body)
+            ra = pending.pop((ev.tid, f[0], f[1]), None) if f else None
+            if ra is not None and not (ev.name == "mm_filemap_get_pages" and f[2] + f[3] - 1 == ra[1]):
+                out[ra[0]] = None
+        out.append(ev)
+    for slot, _ in pending.values():      # a readahead no read of the file followed
+        out[slot] = None
+    return [ev for ev in out if ev is not None]
+
+
 def used_pages(events: List[Event], root_pid: int, start_ns: int, end_ns: int) -> Tuple[Pages, int]:
     """Pages the tree of root_pid touched in [start_ns, end_ns + 1 ms] (index ranges not yet
     clipped), and the number of use events counted."""
@@ -108,7 +139,7 @@ def used_pages(events: List[Event], root_pid: int, start_ns: int, end_ns: int) -
     tree = build_tree(events, root_pid, start_ns, end_ns)
     out: Pages = {}
     n = 0
-    for dev, ino, first, npages in used_spans(events, tree, start_ns, end_ns + 1_000_000):
+    for dev, ino, first, npages in used_spans(_read_requests(events), tree, start_ns, end_ns + 1_000_000):
         out.setdefault((dev, ino), set()).update(range(first, first + npages))
         n += 1
     return out, n
@@ -198,7 +229,7 @@ class UseTracer:
         root = tracefs_root()
         self._inst = Instance(root, "use", EVENTS, buffer_kb=self.buffer_kb, options=("event-fork",),
                               event_pids=[threading.get_native_id()],
-                              filters={ev: self._dev_filter for ev in EVENTS if ev.startswith("filemap/")}).begin()
+                              filters={ev: self._dev_filter for ev in EVENTS if not ev.startswith("sched/")}).begin()
         return self
 
     def stop(self) -> None:
