@@ -194,8 +194,16 @@ def test_a_read_whose_first_batch_went_untraced_is_counted_from_its_readahead():
         b"  synth-200 [000] ..... 10.005000: page_cache_async_ra: dev=7:1 ino=e " + ra % (4, 32),
         b"  synth-200 [000] ..... 10.006000: mm_filemap_get_pages: dev=7:1 ino=e ofs=0-4095",
         b"  synth-200 [000] ..... 10.007000: page_cache_async_ra: dev=7:1 ino=f " + ra % (0, 16),
+        # a fault's two windows, then a fault; a read's sync and async readahead, then its read
+        b"  synth-200 [000] ..... 10.008000: page_cache_async_ra: dev=7:1 ino=a " + ra % (40, 32),
+        b"  synth-200 [000] ..... 10.008100: page_cache_async_ra: dev=7:1 ino=a " + ra % (72, 32),
+        b"  synth-200 [000] ..... 10.008200: mm_filemap_fault: dev=7:1 ino=a ofs=163840",
+        b"  synth-200 [000] ..... 10.009000: page_cache_sync_ra: dev=7:1 ino=b " + ra % (0, 8),
+        b"  synth-200 [000] ..... 10.009100: page_cache_async_ra: dev=7:1 ino=b " + ra % (4, 4),
+        b"  synth-200 [000] ..... 10.009200: mm_filemap_get_pages: dev=7:1 ino=b ofs=24576-32767",
     ]
     used, n = used_pages(parse_lines(lines), 200, 10_000_000_000, 11_000_000_000)
     dev = os.makedev(7, 1)
-    assert used == {(dev, 0xc): set(range(64)), (dev, 0xd): {8}, (dev, 0xe): {0}}, used
-    assert n == 4
+    assert used == {(dev, 0xc): set(range(64)), (dev, 0xd): {8}, (dev, 0xe): {0},
+                    (dev, 0xa): {40}, (dev, 0xb): set(range(8))}, used
+    assert n == 8

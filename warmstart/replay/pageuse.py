@@ -109,24 +109,26 @@ def _read_requests(events: List[Event]) -> List[Event]:
     """events without the readahead events that are not a read()'s request: kept is a sync or
     async readahead whose task's next use event on the same file is a get_pages whose last page
     is the readahead's last (filemap_get_pages traces both with the read's end, and every call
-    of one read() has the same end)."""
-    out: List[Event] = []
-    pending: Dict[Tuple[int, int, int], Tuple[int, int]] = {}   # (tid, dev, ino) -> (slot in out, last page)
+    of one read() has the same end; one call can fire both a sync and an async readahead)."""
+    out: List[Optional[Event]] = []
+    pending: Dict[Tuple[int, int, int], List[Tuple[int, int]]] = {}   # (tid, dev, ino) -> [(slot in out, last page)]
     for ev in events:
         if ev.name in RA_EVENTS:
             m = READAHEAD.search(ev.body)
             dev = makedev(m.group(1), m.group(2)) if m else None
             if dev is not None:
-                pending[(ev.tid, dev, int(m.group(3), 16))] = (len(out), int(m.group(4)) + int(m.group(5)) - 1)
+                pending.setdefault((ev.tid, dev, int(m.group(3), 16)), []).append(
+                    (len(out), int(m.group(4)) + int(m.group(5)) - 1))
                 out.append(ev)
             continue
         if ev.name in USE_EVENTS:
             f = filemap_pages(ev.body)
-            ra = pending.pop((ev.tid, f[0], f[1]), None) if f else None
-            if ra is not None and not (ev.name == "mm_filemap_get_pages" and f[2] + f[3] - 1 == ra[1]):
-                out[ra[0]] = None
+            read_last = f[2] + f[3] - 1 if f and ev.name == "mm_filemap_get_pages" else None
+            for slot, last in pending.pop((ev.tid, f[0], f[1]), []) if f else []:
+                if last != read_last:
+                    out[slot] = None
         out.append(ev)
-    for slot, _ in pending.values():      # a readahead no read of the file followed
+    for slot, _ in (p for waiting in pending.values() for p in waiting):   # no read of the file followed
         out[slot] = None
     return [ev for ev in out if ev is not None]
 
