@@ -96,10 +96,10 @@ class Hook:
     def write(self, *entries):
         write_index(os.fsencode(self.index), Index(list(entries)))
 
-    def start(self, *extra):
+    def start(self, *extra, mark_mount=True):
         args = [str(BUILD / "warmstartd"), "--index", str(self.index), "--replayer", str(self.replayer),
                 "--events", str(self.events), "--stats", str(self.stats), "--pidfile", str(self.pidfile),
-                "--mark", str(self.mnt), *extra]
+                *(["--mark", str(self.mnt)] if mark_mount else []), *extra]
         self.proc = subprocess.Popen(args, stderr=open(self.log, "ab"))
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
@@ -454,3 +454,24 @@ def test_exec_latency_of_unrelated_binaries(live, capsys):
     # with the machine's load (two sleep/wake round trips), so that one keeps a wide bound
     assert stats["unrelated_decision_median_us"] < 50, stats
     assert diff < 1000, (without, with_)
+
+
+def test_inode_marks_bring_no_event_for_an_unindexed_binary(live):
+    """docs/hook.md, "Exec latency": with inode marks only (no --mark), the daemon receives 0
+    events for execs of binaries the index does not name, on the indexed one's mount or not, and
+    one for the indexed binary's exec (its stats' events counter)."""
+    app = live.app()
+    other = live.app("other")            # the same bytes, another inode on the same mount
+    live.write(live.entry(app, delay="0"))
+    live.start(mark_mount=False)
+
+    def events():
+        live.worker_pid()                 # SIGUSR1: the stats file written anew
+        return json.loads(live.stats.read_text())["events"]
+
+    before = events()
+    for exe in ("/bin/true", other):
+        subprocess.run([str(BUILD / "warmstart-execbench"), "200", str(exe)], capture_output=True, check=True)
+    assert events() == before
+    assert timed_run([app])[1] == 0
+    assert events() == before + 1
