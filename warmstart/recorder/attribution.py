@@ -16,7 +16,7 @@ import os
 import re
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from .events import READAHEAD, RA_EVENTS, USE_EVENTS, Event, filemap_pages, makedev
+from .events import RA_EVENTS, USE_EVENTS, Event, filemap_pages, readahead_pages
 from ..devices import disk_of, is_block_device, size_bytes, stack_below, sysfs_path
 from ..model import BlockRequest, PageAdd, UsedRun
 from .tasks import TaskTree
@@ -114,14 +114,9 @@ def used_spans(events: Iterable[Event], tree: TaskTree, start_ns: int,
                 continue
             yield f
         elif ev.name in RA_EVENTS:   # the pages a read() asked for (an mmap's: its whole window)
-            m = READAHEAD.search(ev.body)
-            if not m:
-                continue
-            dev, ino = makedev(m.group(1), m.group(2)), int(m.group(3), 16)
-            first, n = int(m.group(4)), max(1, int(m.group(5)))
-            if dev is None or first + n + ino >= 1 << 63:
-                continue
-            yield dev, ino, first, n
+            f = readahead_pages(ev.body)
+            if f is not None:
+                yield f
 
 
 def merge_runs(spans: Iterable[Tuple[int, int]]) -> List[Tuple[int, int]]:

@@ -67,6 +67,19 @@ def filemap_pages(body: bytes) -> Optional[Tuple[int, int, int, int]]:
     return dev, ino, first, n
 
 
+def readahead_pages(body: bytes) -> Optional[Tuple[int, int, int, int]]:
+    """(dev, ino, first page, number of pages) a page_cache_sync_ra / async_ra event asked for
+    (req_count pages from index, at least one); None if it names none."""
+    m = READAHEAD.search(body)
+    if not m:
+        return None
+    dev, ino = makedev(m.group(1), m.group(2)), int(m.group(3), 16)
+    first, n = int(m.group(4)), max(1, int(m.group(5)))
+    if dev is None or not _fits(ino, first + n):
+        return None
+    return dev, ino, first, n
+
+
 def parse_line(line: bytes) -> Optional[Event]:
     """One trace_pipe line as an Event; None for headers, comments and lines we do not know."""
     if not line or line.startswith(b"#"):

@@ -18,10 +18,11 @@ when its batch's last folio is still under I/O (the batch's other pages are copi
 again from the last one), so a read that starts on a miss is taken from the page_cache_sync_ra
 event its first batch fired (same request, same end), and an async_ra's window too, but only
 where the same task's next use of that file is a get_pages ending where it ends (a fault's
-readahead windows are the fault path's, not pages used: _read_requests). The instance follows this thread and what it forks (set_event_pid + event-fork)
-and keeps only the schedule's devices (an s_dev filter), both in the kernel; the launch's tree
-and time window are picked out afterwards (as the recorder picks its page uses:
-attribution.used_spans of tasks.build_tree), so the replayer's own reads never count as use.
+readahead windows are the fault path's, not pages used: _read_requests). The instance follows
+this thread and what it forks (set_event_pid + event-fork) and keeps only the schedule's devices
+(an s_dev filter), both in the kernel; the launch's tree and time window are picked out
+afterwards (as the recorder picks its page uses: attribution.used_spans of tasks.build_tree), so
+the replayer's own reads never count as use.
 """
 
 import os
@@ -29,7 +30,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from ..recorder.events import READAHEAD, RA_EVENTS, USE_EVENTS, Event, filemap_pages, makedev
+from ..recorder.events import RA_EVENTS, USE_EVENTS, Event, filemap_pages, readahead_pages
 from ..recorder.tracefs import Instance, tracefs_root
 
 PAGE = 4096
@@ -114,11 +115,9 @@ def _read_requests(events: List[Event]) -> List[Event]:
     pending: Dict[Tuple[int, int, int], List[Tuple[int, int]]] = {}   # (tid, dev, ino) -> [(slot in out, last page)]
     for ev in events:
         if ev.name in RA_EVENTS:
-            m = READAHEAD.search(ev.body)
-            dev = makedev(m.group(1), m.group(2)) if m else None
-            if dev is not None:
-                pending.setdefault((ev.tid, dev, int(m.group(3), 16)), []).append(
-                    (len(out), int(m.group(4)) + int(m.group(5)) - 1))
+            ra = readahead_pages(ev.body)
+            if ra is not None:
+                pending.setdefault((ev.tid, ra[0], ra[1]), []).append((len(out), ra[2] + ra[3] - 1))
                 out.append(ev)
             continue
         if ev.name in USE_EVENTS:
