@@ -75,7 +75,7 @@ def readahead_pages(body: bytes) -> Optional[Tuple[int, int, int, int]]:
         return None
     dev, ino = makedev(m.group(1), m.group(2)), int(m.group(3), 16)
     first, n = int(m.group(4)), max(1, int(m.group(5)))
-    if dev is None or not _fits(ino, first + n):
+    if dev is None or first + n + ino >= 1 << 63:
         return None
     return dev, ino, first, n
 
