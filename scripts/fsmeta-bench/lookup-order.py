@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""btrfs: the metadata step's lookups in three orders (docs/replayer.md, "The metadata step",
+tried and not kept). For each app's schedule of a `warmstart bench --disk hdd7200 --fs btrfs`
+run, on a fresh emulated hdd7200 of the same system image, from a cold cache: each directory on
+the schedule's paths looked up and each file opened and its start sought (SEEK_DATA), as the
+step does, in
+  - the step's order: every entry by the leaf holding its inode item (Btrfs.metadata_positions);
+  - directories first, then files, each by that leaf;
+  - an elevator over the leaves each lookup reads: the leaf of its parent's name item (the key
+    (parent, DIR_ITEM, crc32c name hash)) and the leaf of its inode item, both found from the
+    tree's nodes (Btrfs.leaf_positions); each step the lookup whose unread leaves lie ahead of
+    the last one read, nearest first, a new sweep when none does; a directory before what is
+    in it.
+ms (median of --reps), the disk's block reads and seeks. git's repository is built on the disk
+and read once (the bench's recording reads it: relatime's atime update moves the leaves).
+
+    python3 scripts/fsmeta-bench/lookup-order.py --apps git,vim,python [--db /var/lib/warmstart/bench.db]
+
+Root (the leaves are found from the device)."""
+
+import argparse
+import os
+import sqlite3
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from order import dirs_on, schedule_paths                 # noqa: E402
+from warmstart.bench.apps import FILES_DIR, make_repo     # noqa: E402
+from warmstart.emudisk import EmuDisk                      # noqa: E402
+from warmstart.fs import FileSystems                      # noqa: E402
+from warmstart.fs.btrfs import INODE_ITEM_KEY, _subvolume_of  # noqa: E402
+from warmstart.recorder.coldcache import drop_caches      # noqa: E402
+
+DIR_ITEM_KEY = 84
+
+
+def _crc32c_table():
+    out = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        out.append(c)
+    return out
+
+
+CRC32C = _crc32c_table()
+
+
+def name_hash(name: bytes) -> int:
+    """btrfs_name_hash: crc32c seeded with ~1, neither end inverted (the DIR_ITEM key's offset)."""
+    c = 0xFFFFFFFE
+    for b in name:
+        c = CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c
+
+
+def lookup_leaves(fsys, paths):
+    """path -> (leaf of its parent's name item, leaf of its inode item): byte offsets, None where
+    not found."""
+    st = {p: os.lstat(p) for p in paths}
+    parent = {p: os.lstat(os.path.dirname(p)).st_ino for p in paths}
+    tree = _subvolume_of([(os.fsencode(paths[0]), 0)])
+    name = {p: (parent[p], DIR_ITEM_KEY, name_hash(os.fsencode(os.path.basename(p)))) for p in paths}
+    inode = {p: (st[p].st_ino, INODE_ITEM_KEY, 0) for p in paths}
+    found = fsys.leaf_positions({tree: list(name.values()) + list(inode.values())})
+    return {p: (found.get((tree, name[p])), found.get((tree, inode[p]))) for p in paths}
+
+
+def elevator(paths, leaves):
+    todo, done, cached, head, out = set(paths), set(), set(), -1, []
+    inside = set(paths)
+    while todo:
+        best = None
+        for p in todo:
+            if os.path.dirname(p) in inside and os.path.dirname(p) not in done:
+                continue
+            seq = list(dict.fromkeys(x for x in leaves[p] if x is not None and x not in cached))
+            if not seq:
+                k = (0, 0)
+            elif seq == sorted(seq) and seq[0] > head:
+                k = (1, seq[0])
+            else:
+                k = (2, seq[0])
+            if best is None or k < best[0]:
+                best = (k, p, seq)
+        _, p, seq = best
+        out.append(p)
+        todo.discard(p)
+        done.add(p)
+        cached.update(seq)
+        if seq:
+            head = max(seq)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--apps", default="git,vim,python")
+    ap.add_argument("--db", default="/var/lib/warmstart/bench.db")
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    disk = EmuDisk.up("fsmeta-lookup-order", profile="hdd7200", image="system", fs="btrfs")
+    mnt = str(disk.mountpoint)
+    db = sqlite3.connect(a.db)
+    try:
+        files_dir = Path(mnt + FILES_DIR)
+        make_repo(files_dir)
+        for root, _, names in os.walk(files_dir / "repo"):
+            for n in names:
+                with open(os.path.join(root, n), "rb") as f:
+                    f.read()
+        os.sync()
+        for app in a.apps.split(","):
+            files = schedule_paths(db, app, "hdd7200", "btrfs", mnt)
+            dirs = [d for d in dirs_on(files, mnt) if d != mnt]
+            entries = [(os.fsencode(x), os.lstat(x)) for x in dirs + files]
+            fsys = FileSystems().of_path(entries[0][0])
+            pos = fsys.metadata_positions(entries)
+            key = {x: (st.st_dev, st.st_ino) for x, (_, st) in zip(dirs + files, entries)}
+
+            def place(x):
+                return pos.get(key[x], 0), key[x][1]
+
+            orders = {"the step's order (each inode's leaf)": sorted(dirs + files, key=place),
+                      "directories first, then files": sorted(dirs, key=place) + sorted(files, key=place),
+                      "elevator over the name and inode leaves": elevator(dirs + files, lookup_leaves(fsys, dirs + files))}
+            is_dir = set(dirs)
+
+            def step(x):
+                if x in is_dir:
+                    os.lstat(x)
+                    return
+                fd = os.open(x, os.O_RDONLY | os.O_NOATIME)
+                try:
+                    os.lseek(fd, 0, os.SEEK_DATA)
+                except OSError:
+                    pass
+                os.close(fd)
+
+            times, stats = {k: [] for k in orders}, {}
+            for _ in range(a.reps):
+                for name, order in orders.items():
+                    drop_caches()
+                    disk.reset_stats()
+                    t0 = time.monotonic()
+                    for x in order:
+                        step(x)
+                    times[name].append((time.monotonic() - t0) * 1000)
+                    stats[name] = disk.stats()
+            print(f"btrfs {app}: {len(files)} files, {len(dirs)} directories, {len(set(pos.values()))} inode leaves")
+            for name in orders:
+                print(f"  {name}: {statistics.median(times[name]):.0f} ms "
+                      f"({' '.join(f'{t:.0f}' for t in times[name])}), {stats[name]['reads']} reads, "
+                      f"{stats[name]['seeks']} seeks")
+    finally:
+        disk.down()
+
+
+if __name__ == "__main__":
+    main()
