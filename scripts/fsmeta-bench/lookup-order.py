@@ -1,27 +1,32 @@
 #!/usr/bin/env python3
-"""btrfs: the metadata step's lookups in three orders (docs/replayer.md, "The metadata step",
-tried and not kept). For each app's schedule of a `warmstart bench --disk hdd7200 --fs btrfs`
+"""btrfs: the metadata step's lookups in three orders (docs/replayer.md, "The metadata step"),
+and which the analysis chooses (Btrfs.step_order). For each app's schedule of a `warmstart bench --disk hdd7200 --fs btrfs`
 run, on a fresh emulated hdd7200 of the same system image, from a cold cache: each directory on
 the schedule's paths looked up and each file opened and its start sought (SEEK_DATA), as the
 step does, in
-  - the step's order: every entry by the leaf holding its inode item (Btrfs.metadata_positions);
-  - directories first, then files, each by that leaf;
+  - every entry by the leaf holding its inode item (Btrfs.metadata_positions);
+  - directories first, then files, each by that leaf (what step_order chooses where it predicts
+    a quarter fewer seeks);
   - an elevator over the leaves each lookup reads: the leaf of its parent's name item (the key
     (parent, DIR_ITEM, crc32c name hash)) and the leaf of its inode item, both found from the
     tree's nodes (Btrfs.leaf_positions); each step the lookup whose unread leaves lie ahead of
     the last one read, nearest first, a new sweep when none does; a directory before what is
     in it.
 ms (median of --reps), the disk's block reads and seeks. git's repository is built on the disk
-and read once (the bench's recording reads it: relatime's atime update moves the leaves).
+and the bench's git command run once over it from a cold cache (as the bench's recording does:
+relatime's atime updates move the leaves of what it reads, in the order it reads them).
 
     python3 scripts/fsmeta-bench/lookup-order.py --apps git,vim,python [--db /var/lib/warmstart/bench.db]
+    python3 scripts/fsmeta-bench/lookup-order.py --apps '' --trees usr/share/doc,usr/include
 
 Root (the leaves are found from the device)."""
 
 import argparse
 import os
+import random
 import sqlite3
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,34 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from order import dirs_on, schedule_paths                 # noqa: E402
-from warmstart.bench.apps import FILES_DIR, make_repo     # noqa: E402
+from warmstart.bench.apps import FILES_DIR, catalogue, make_repo  # noqa: E402
 from warmstart.emudisk import EmuDisk                      # noqa: E402
 from warmstart.fs import FileSystems                      # noqa: E402
-from warmstart.fs.btrfs import INODE_ITEM_KEY, _subvolume_of  # noqa: E402
+from warmstart.fs.btrfs import DIR_ITEM_KEY, DIRS_FIRST, INODE_ITEM_KEY, _subvolume_of, name_hash  # noqa: E402
 from warmstart.recorder.coldcache import drop_caches      # noqa: E402
-
-DIR_ITEM_KEY = 84
-
-
-def _crc32c_table():
-    out = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        out.append(c)
-    return out
-
-
-CRC32C = _crc32c_table()
-
-
-def name_hash(name: bytes) -> int:
-    """btrfs_name_hash: crc32c seeded with ~1, neither end inverted (the DIR_ITEM key's offset)."""
-    c = 0xFFFFFFFE
-    for b in name:
-        c = CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c
 
 
 def lookup_leaves(fsys, paths):
@@ -99,9 +81,26 @@ def elevator(paths, leaves):
     return out
 
 
+def tree_sample(mnt: str, tree: str, n: int = 600):
+    """Up to n regular files of a tree of the system image (a fixed sample), each read once from
+    a cold cache, as a launch would (the atime updates move their leaves)."""
+    found = sorted(os.path.join(r, f) for r, _, names in os.walk(os.path.join(mnt, tree)) for f in names
+                   if os.path.isfile(os.path.join(r, f)) and not os.path.islink(os.path.join(r, f)))
+    random.Random(3).shuffle(found)
+    files = sorted(found[:n])
+    drop_caches()
+    for f in files:
+        with open(f, "rb") as h:
+            h.read(1)
+    os.sync()
+    return files
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--apps", default="git,vim,python")
+    ap.add_argument("--trees", default="", help="comma-separated trees of the image (usr/share/doc): "
+                    "600 of their files each, read once, in place of an app's schedule")
     ap.add_argument("--db", default="/var/lib/warmstart/bench.db")
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
@@ -111,13 +110,13 @@ def main():
     try:
         files_dir = Path(mnt + FILES_DIR)
         make_repo(files_dir)
-        for root, _, names in os.walk(files_dir / "repo"):
-            for n in names:
-                with open(os.path.join(root, n), "rb") as f:
-                    f.read()
         os.sync()
-        for app in a.apps.split(","):
-            files = schedule_paths(db, app, "hdd7200", "btrfs", mnt)
+        drop_caches()
+        subprocess.run(catalogue(str(files_dir))["git"].argv, stdout=subprocess.DEVNULL, check=True)
+        os.sync()
+        sets = [(app, schedule_paths(db, app, "hdd7200", "btrfs", mnt)) for app in a.apps.split(",") if app]
+        sets += [(tree, tree_sample(mnt, tree)) for tree in a.trees.split(",") if tree]
+        for app, files in sets:
             dirs = [d for d in dirs_on(files, mnt) if d != mnt]
             entries = [(os.fsencode(x), os.lstat(x)) for x in dirs + files]
             fsys = FileSystems().of_path(entries[0][0])
@@ -127,7 +126,9 @@ def main():
             def place(x):
                 return pos.get(key[x], 0), key[x][1]
 
-            orders = {"the step's order (each inode's leaf)": sorted(dirs + files, key=place),
+            chosen = fsys.step_order(entries)
+            first = any(chosen.get(key[x], 0) >= DIRS_FIRST for x in files)
+            orders = {"each inode's leaf": sorted(dirs + files, key=place),
                       "directories first, then files": sorted(dirs, key=place) + sorted(files, key=place),
                       "elevator over the name and inode leaves": elevator(dirs + files, lookup_leaves(fsys, dirs + files))}
             is_dir = set(dirs)
@@ -153,7 +154,8 @@ def main():
                         step(x)
                     times[name].append((time.monotonic() - t0) * 1000)
                     stats[name] = disk.stats()
-            print(f"btrfs {app}: {len(files)} files, {len(dirs)} directories, {len(set(pos.values()))} inode leaves")
+            print(f"btrfs {app}: {len(files)} files, {len(dirs)} directories, {len(set(pos.values()))} inode leaves; "
+                  f"the analysis chooses {'directories first' if first else 'each inode' + chr(39) + 's leaf'}")
             for name in orders:
                 print(f"  {name}: {statistics.median(times[name]):.0f} ms "
                       f"({' '.join(f'{t:.0f}' for t in times[name])}), {stats[name]['reads']} reads, "

@@ -49,9 +49,10 @@ FILE = Record("FILE", 64,
               Field("kind", "I", "WSR_KIND_*"),
               Field("flags", "I", "WSR_FILE_* bits (WSR_FILE_WARM_META only on a regular file, "
                                   "WSR_FILE_LIST_DIR only on a directory)"),
-              Field("meta_pos", "Q", "of a file or directory in the metadata step: the byte offset on its "
-                                     "file system's device of the inode its lookup reads (XFS, btrfs); 0: "
-                                     "not known, inode order"),
+              Field("meta_pos", "Q", "of a file or directory: its order in the metadata step, the byte "
+                                     "offset on its file system's device of the inode its lookup reads "
+                                     "(XFS, btrfs; btrfs's files raised by 2^56 where its directories go "
+                                     "first); 0: not known, inode order"),
               Field("step_segment", "I", "of a file or directory in the metadata step: index into segments[] "
                                          "of the segment whose data needs it first; the step warms it just "
                                          "before that segment's ranges (0: before the pre-buffer)"),

@@ -15,7 +15,9 @@ questions through FileSystem, chosen by the mount's fstype (mountinfo):
   inode_clusters(s, n)  the inode numbers whose lookup reads those sectors (XFS: inode clusters;
                  btrfs: the leaves of its subvolume tree, read back from the device)
   metadata_positions(entries)  where a lookup of each file reads its inode (XFS: from the number;
-                 btrfs: its tree, as copy-on-write moves leaves); the metadata step's order
+                 btrfs: its tree, as copy-on-write moves leaves)
+  step_order(entries)  the metadata step's order: by those places (btrfs: the directories
+                 first where that is predicted to save seeks)
   lookup_event   its tracepoint naming each lookup that misses the dentry cache (XFS), and
                  parse_lookup() of its text: what the recorder traces (lookup_parsers)
 

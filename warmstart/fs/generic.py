@@ -100,6 +100,12 @@ class FileSystem:
         first, then the rest, each in inode order."""
         return {}
 
+    def step_order(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
+        """(st_dev, ino) -> the metadata step's order key of each (path, lstat): the step visits
+        the entries that have one in one pass by key (FILE.meta_pos). Where its lookups read
+        (metadata_positions) unless the file system knows a better order (btrfs)."""
+        return self.metadata_positions(entries)
+
     def inode_clusters(self, sector: int, nr_sectors: int) -> List[Tuple[int, int]]:
         """Where the file system places inodes by number: the inode numbers [first, end) of each
         inode cluster (the unit it reads inodes in) in those sectors of data_device(), so that a

@@ -85,12 +85,12 @@ def position_key(dev: int, ino: int) -> str:
 
 
 def step_positions(paths: Iterable[bytes], table=None) -> Dict[str, int]:
-    """"st_dev:ino" -> where the metadata step's lookup of each of these paths and of each
-    directory on them (a path ending in "/" names its directory) reads its inode, from the file
-    systems that can say (FileSystem.metadata_positions: XFS from the inode number, btrfs from
-    its tree, where copy-on-write moved the leaves), as of now. The export hands it to the step,
-    which visits each device's entries in that order (WSR FILE.meta_pos) and the rest in inode
-    order."""
+    """"st_dev:ino" -> the metadata step's order key of each of these paths and of each
+    directory on them (a path ending in "/" names its directory), from the file systems that can
+    say (FileSystem.step_order: where its lookup reads its inode, XFS from the inode number,
+    btrfs from its tree, where copy-on-write moved the leaves; btrfs may put the directories
+    first), as of now. The export hands it to the step, which visits each device's entries in
+    that order (WSR FILE.meta_pos) and the rest in inode order."""
     from . import FileSystems
     table = table or FileSystems()
     entries = directories_on(paths)
@@ -106,7 +106,7 @@ def step_positions(paths: Iterable[bytes], table=None) -> Dict[str, int]:
         if fsys is not None:
             groups.setdefault(fsys.mount.dev, (fsys, []))[1].append((path, st))
     return {position_key(dev, ino): pos for fsys, group in groups.values()
-            for (dev, ino), pos in fsys.metadata_positions(group).items()}
+            for (dev, ino), pos in fsys.step_order(group).items()}
 
 
 def schedule_step_positions(marked: List[bytes], lookup_dirs: Iterable, table=None) -> Dict[str, int]:
