@@ -38,20 +38,8 @@ from order import dirs_on, schedule_paths                 # noqa: E402
 from warmstart.bench.apps import FILES_DIR, catalogue, make_repo  # noqa: E402
 from warmstart.emudisk import EmuDisk                      # noqa: E402
 from warmstart.fs import FileSystems                      # noqa: E402
-from warmstart.fs.btrfs import DIR_ITEM_KEY, DIRS_FIRST, INODE_ITEM_KEY, _subvolume_of, name_hash  # noqa: E402
+from warmstart.fs.btrfs import DIRS_FIRST                # noqa: E402
 from warmstart.recorder.coldcache import drop_caches      # noqa: E402
-
-
-def lookup_leaves(fsys, paths):
-    """path -> (leaf of its parent's name item, leaf of its inode item): byte offsets, None where
-    not found."""
-    st = {p: os.lstat(p) for p in paths}
-    parent = {p: os.lstat(os.path.dirname(p)).st_ino for p in paths}
-    tree = _subvolume_of([(os.fsencode(paths[0]), 0)])
-    name = {p: (parent[p], DIR_ITEM_KEY, name_hash(os.fsencode(os.path.basename(p)))) for p in paths}
-    inode = {p: (st[p].st_ino, INODE_ITEM_KEY, 0) for p in paths}
-    found = fsys.leaf_positions({tree: list(name.values()) + list(inode.values())})
-    return {p: (found.get((tree, name[p])), found.get((tree, inode[p]))) for p in paths}
 
 
 def elevator(paths, leaves):
@@ -120,17 +108,20 @@ def main():
             dirs = [d for d in dirs_on(files, mnt) if d != mnt]
             entries = [(os.fsencode(x), os.lstat(x)) for x in dirs + files]
             fsys = FileSystems().of_path(entries[0][0])
-            pos = fsys.metadata_positions(entries)
             key = {x: (st.st_dev, st.st_ino) for x, (_, st) in zip(dirs + files, entries)}
+            # the leaves of its name item, its inode item (metadata_positions) and its first extent
+            leaves = fsys.lookup_leaves(entries)
+            pos = {e: r[1] for e, r in leaves.items() if r[1] is not None}
 
             def place(x):
                 return pos.get(key[x], 0), key[x][1]
 
+            name_and_inode = {x: leaves.get(key[x], (None, None))[:2] for x in dirs + files}
             chosen = fsys.step_order(entries)
             first = any(chosen.get(key[x], 0) >= DIRS_FIRST for x in files)
             orders = {"each inode's leaf": sorted(dirs + files, key=place),
                       "directories first, then files": sorted(dirs, key=place) + sorted(files, key=place),
-                      "elevator over the name and inode leaves": elevator(dirs + files, lookup_leaves(fsys, dirs + files))}
+                      "elevator over the name and inode leaves": elevator(dirs + files, name_and_inode)}
             is_dir = set(dirs)
 
             def step(x):

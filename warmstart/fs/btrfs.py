@@ -92,7 +92,7 @@ def name_hash(name: bytes) -> int:
     return c
 
 
-def predicted_seeks(order: List[Tuple[int, int]], reads: Dict[Tuple[int, int], List[Optional[int]]]) -> int:
+def predicted_seeks(order: List[Tuple[int, int]], reads: Dict[Tuple[int, int], Tuple[Optional[int], ...]]) -> int:
     """The seeks of a pass of lookups in this order (entries (st_dev, ino)), each reading the
     leaves reads[entry] names (byte offsets, None: not known) that no earlier lookup read: a read
     more than SEEK_WINDOW after the one before it, or before it, counts one."""
@@ -400,62 +400,60 @@ class Btrfs(FileSystem):
         the step then keeps inode order."""
         return self._item_places(entries, INODE_ITEM_KEY)
 
+    def lookup_leaves(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], Tuple[Optional[int], ...]]:
+        """(st_dev, ino) -> the leaves a lookup of each (path, lstat) reads, as byte offsets on
+        data_device() (None where not found): the one holding its name's DIR_ITEM among its
+        parent directory's items (key: parent, DIR_ITEM, name_hash), the one holding its inode
+        item, and for a regular file the one holding its first file extent item (which the step
+        seeks). Found from the trees' nodes (leaf_positions), in the tree of each subvolume: a
+        parent across a subvolume's boundary holds the name item in its own tree, one on another
+        file system in none."""
+        parent_of = {path: os.path.dirname(path.rstrip(b"/")) or b"/" for path, _ in entries}
+        parents: Dict[bytes, Optional[os.stat_result]] = {}
+        for parent in set(parent_of.values()):
+            try:
+                parents[parent] = os.lstat(parent)
+            except OSError:
+                parents[parent] = None
+        by_dev: Dict[int, List[Tuple[bytes, int]]] = {}
+        for path, st in entries:
+            by_dev.setdefault(st.st_dev, []).append((path, st.st_ino))
+        for parent, st in parents.items():
+            if st is not None:
+                by_dev.setdefault(st.st_dev, []).append((parent, st.st_ino))
+        trees = {dev: _subvolume_of(items) for dev, items in by_dev.items()}
+        wanted: Dict[Tuple[int, int], List[Optional[Tuple[int, Tuple[int, int, int]]]]] = {}
+        for path, st in entries:
+            parent, name, tree = parents[parent_of[path]], os.path.basename(path.rstrip(b"/")), trees.get(st.st_dev)
+            wanted[(st.st_dev, st.st_ino)] = [
+                (trees[parent.st_dev], (parent.st_ino, DIR_ITEM_KEY, name_hash(name)))
+                if name and parent is not None and trees.get(parent.st_dev) else None,
+                (tree, (st.st_ino, INODE_ITEM_KEY, 0)) if tree else None,
+                (tree, (st.st_ino, EXTENT_DATA_KEY, 0)) if tree and stat.S_ISREG(st.st_mode) else None]
+        searches: Dict[int, List[Tuple[int, int, int]]] = {}
+        for keys in wanted.values():
+            for k in keys:
+                if k is not None:
+                    searches.setdefault(k[0], []).append(k[1])
+        found = self.leaf_positions(searches)
+        return {e: tuple(found.get(k) if k is not None else None for k in keys) for e, keys in wanted.items()}
+
     def step_order(self, entries: List[Tuple[bytes, os.stat_result]]) -> Dict[Tuple[int, int], int]:
         """The step's order keys: the leaf offsets of metadata_positions, or, in a subvolume where
         that order is predicted to seek much more, the directories first, each group in that
-        order (the files' keys raised by DIRS_FIRST). A lookup reads two leaves: the one holding
-        its name's DIR_ITEM in the parent directory's items and the one holding its inode (and,
-        for a file, its first file extent item, sought by the step). Where directories are many
-        and hold few entries each (a git repository's objects), a file's name item sits in its
-        directory's leaf, which the pass by inode reaches out of turn; looking the directories
-        up first brings those leaves in one sweep, and the files' own in another (git's lookups
-        0.81 -> 0.32 s on the emulated hdd7200). Elsewhere it is a second sweep over an area the
-        one pass covers (vim 0.20 -> 0.22 s, python 0.25 -> 0.28: docs/replayer.md), hence the
-        margin (DIRS_FIRST_SAVES; a pass of gcc predicted 10 % fewer seeks was 7 % slower). Both
-        orders are predicted from the leaves found from the tree's nodes, as metadata_positions
-        finds them."""
-        by_dev: Dict[int, List[Tuple[bytes, os.stat_result]]] = {}
-        for path, st in entries:
-            by_dev.setdefault(st.st_dev, []).append((path, st))
-        parents: Dict[bytes, Optional[os.stat_result]] = {}
-        for path, _ in entries:
-            parent = os.path.dirname(path.rstrip(b"/")) or b"/"
-            if parent not in parents:
-                try:
-                    parents[parent] = os.lstat(parent)
-                except OSError:
-                    parents[parent] = None
-        # the tree of each subvolume holding an entry or a parent (a parent across a subvolume's
-        # boundary holds the entry's name item in its own tree; one on another file system, none)
-        trees = {dev: _subvolume_of([(p, st.st_ino) for p, st in items]) for dev, items in by_dev.items()}
-        for dev in {st.st_dev for st in parents.values() if st is not None} - set(trees):
-            trees[dev] = _subvolume_of([(p, st.st_ino) for p, st in parents.items() if st is not None and st.st_dev == dev])
-        wanted: Dict[Tuple[int, int], List[Tuple[int, Tuple[int, int, int]]]] = {}
-        for path, st in entries:
-            parent = parents[os.path.dirname(path.rstrip(b"/")) or b"/"]
-            name = os.path.basename(path.rstrip(b"/"))
-            keys = []
-            if name and parent is not None and trees.get(parent.st_dev):
-                keys.append((trees[parent.st_dev], (parent.st_ino, DIR_ITEM_KEY, name_hash(name))))
-            if trees.get(st.st_dev):
-                keys.append((trees[st.st_dev], (st.st_ino, INODE_ITEM_KEY, 0)))
-                if stat.S_ISREG(st.st_mode):
-                    keys.append((trees[st.st_dev], (st.st_ino, EXTENT_DATA_KEY, 0)))
-            wanted[(st.st_dev, st.st_ino)] = keys
-        searches: Dict[int, List[Tuple[int, int, int]]] = {}
-        for keys in wanted.values():
-            for tree, key in keys:
-                searches.setdefault(tree, []).append(key)
-        found = self.leaf_positions(searches)
-        reads = {e: [found.get(k) for k in keys] for e, keys in wanted.items()}
+        order (the files' keys raised by DIRS_FIRST). A lookup reads the leaves lookup_leaves
+        names. Where directories are many and hold few entries each (a git repository's
+        objects), a file's name item sits in its directory's leaf, which the pass by inode
+        reaches out of turn; looking the directories up first brings those leaves in one sweep,
+        and the files' own in another (git's lookups 0.81 -> 0.32 s on the emulated hdd7200).
+        Elsewhere it is a second sweep over an area the one pass covers (vim 0.20 -> 0.22 s,
+        python 0.25 -> 0.28: docs/replayer.md), hence the margin (DIRS_FIRST_SAVES; a pass of gcc
+        predicted 10 % fewer seeks was 7 % slower)."""
+        reads = self.lookup_leaves(entries)
+        is_dir = {(st.st_dev, st.st_ino) for _, st in entries if stat.S_ISDIR(st.st_mode)}
         out: Dict[Tuple[int, int], int] = {}
-        for dev, items in by_dev.items():
-            tree = trees.get(dev)
-            if not tree:
-                continue
-            place = {(dev, st.st_ino): found[(tree, (st.st_ino, INODE_ITEM_KEY, 0))] for _, st in items
-                     if (tree, (st.st_ino, INODE_ITEM_KEY, 0)) in found}
-            is_dir = {(dev, st.st_ino) for _, st in items if stat.S_ISDIR(st.st_mode)}
+        for dev in {st.st_dev for _, st in entries}:
+            place = {e: r[1] for e, r in reads.items() if e[0] == dev and r[1] is not None}
             by_inode = sorted(place, key=lambda e: (place[e], e[1]))
             dirs_first = [e for e in by_inode if e in is_dir] + [e for e in by_inode if e not in is_dir]
             seeks, seeks_first = predicted_seeks(by_inode, reads), predicted_seeks(dirs_first, reads)
