@@ -10,7 +10,7 @@ from warmstart.analyzer.inputs import recordings as analyzer_recordings
 from warmstart.cli import cli
 from warmstart.db import open_db
 from warmstart.db.recordings import get_app, insert_recording
-from warmstart.model import FileInfo, Recording
+from warmstart.model import BlockRequest, FileInfo, Recording
 
 class App:
     """An installed app on a real file system: its executable and its shared library."""
@@ -87,6 +87,26 @@ def test_a_program_gone_from_its_recorded_place_supersedes(tmp_path):
     os.unlink(tmp_path / "one" / "libapp.so.1")
     c = add(conn, rec(two))
     assert current(conn) == [b, c]
+
+
+def test_reads_from_another_device_supersede(tmp_path):
+    """The same files (still where both recordings saw them: an image mounted twice, or a disk
+    renumbered at boot), but the new launch read from another block device: the old recording's
+    blocks can never agree with its in a vote (two such recordings left nothing to prefetch in a
+    bench run), so it no longer votes. A device both read keeps both voting."""
+    conn, app = open_db(tmp_path / "w.db"), App(tmp_path)
+
+    def reads(*devs):
+        r = rec(app)
+        r.requests = [BlockRequest(dev, 2048 * i, 64, "R", issue_ns=i) for i, dev in enumerate(devs)]
+        return r
+    a = add(conn, reads(7, 7, 7, 9))
+    b = add(conn, reads(7, 7, 9))            # the same disk (7) again: both vote
+    assert current(conn) == [a, b]
+    c = add(conn, reads(8, 8, 8, 9))         # most of it from 8, which neither read
+    assert current(conn) == [c]
+    d = add(conn, reads(9, 8))               # ties go to the lower device number: 8, which c read
+    assert current(conn) == [c, d]
 
 
 def test_a_re_recording_after_a_stale_schedule_replaces_the_old_ones(tmp_path):

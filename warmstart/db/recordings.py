@@ -134,16 +134,30 @@ def supersede_older(conn: sqlite3.Connection, app_id: int, rid: int) -> List[int
     because the app changed: its active schedule is stale (re-learned after feedback or a changed
     file), or a program file both read (an executable the launch ran, a shared object) has
     another identity now: an upgrade, whose old blocks are gone, and a majority vote of old
-    recordings would outvote the new ones. Data files are not compared: apps rewrite their own
-    caches between launches. Recordings of an unchanged app stay current and are merged by vote."""
+    recordings would outvote the new ones; or the new one read from a device the old one never
+    read (_read_elsewhere). Data files are not compared: apps rewrite their own caches between
+    launches. Recordings of an unchanged app stay current and are merged by vote."""
     stale = conn.execute("SELECT 1 FROM schedules WHERE app_id = ? AND active = 1 AND stale = 1",
                          (app_id,)).fetchone() is not None
     older = [r[0] for r in conn.execute("SELECT id FROM recordings WHERE app_id = ? AND id != ? AND "
                                         "superseded_by IS NULL", (app_id, rid))]
     if not stale:
-        older = [o for o in older if _programs_changed(conn, o, rid)]
+        older = [o for o in older if _programs_changed(conn, o, rid) or _read_elsewhere(conn, o, rid)]
     conn.executemany("UPDATE recordings SET superseded_by = ? WHERE id = ?", [(rid, o) for o in older])
     return older
+
+
+def _read_elsewhere(conn: sqlite3.Connection, old: int, new: int) -> bool:
+    """Did the new recording read mostly from a block device the old one never read: the app's
+    disk has another device number now (renumbered at boot, or the same image on another disk,
+    mounted where the old one was)? A vote counts a block on (device, sector), so reads on two
+    devices never agree: two such recordings left no block in a majority ("nothing left to
+    prefetch"), and more old ones would outvote the new device's."""
+    main = conn.execute("SELECT dev FROM block_requests WHERE recording_id = ? AND is_write = 0 GROUP BY dev"
+                        " ORDER BY SUM(nr_sectors) DESC, dev LIMIT 1", (new,)).fetchone()
+    return main is not None and conn.execute(
+        "SELECT 1 FROM block_requests WHERE recording_id = ? AND dev = ? AND is_write = 0 LIMIT 1",
+        (old, main[0])).fetchone() is None
 
 
 def _programs_changed(conn: sqlite3.Connection, old: int, new: int) -> bool:
