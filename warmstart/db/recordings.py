@@ -142,22 +142,29 @@ def supersede_older(conn: sqlite3.Connection, app_id: int, rid: int) -> List[int
     older = [r[0] for r in conn.execute("SELECT id FROM recordings WHERE app_id = ? AND id != ? AND "
                                         "superseded_by IS NULL", (app_id, rid))]
     if not stale:
-        older = [o for o in older if _programs_changed(conn, o, rid) or _read_elsewhere(conn, o, rid)]
+        main = _main_device(conn, rid)
+        older = [o for o in older if _programs_changed(conn, o, rid) or _read_elsewhere(conn, o, main)]
     conn.executemany("UPDATE recordings SET superseded_by = ? WHERE id = ?", [(rid, o) for o in older])
     return older
 
 
-def _read_elsewhere(conn: sqlite3.Connection, old: int, new: int) -> bool:
-    """Did the new recording read mostly from a block device the old one never read: the app's
-    disk has another device number now (renumbered at boot, or the same image on another disk,
-    mounted where the old one was)? A vote counts a block on (device, sector), so reads on two
-    devices never agree: two such recordings left no block in a majority ("nothing left to
-    prefetch"), and more old ones would outvote the new device's."""
-    main = conn.execute("SELECT dev FROM block_requests WHERE recording_id = ? AND is_write = 0 GROUP BY dev"
-                        " ORDER BY SUM(nr_sectors) DESC, dev LIMIT 1", (new,)).fetchone()
+def _main_device(conn: sqlite3.Connection, rid: int) -> Optional[int]:
+    """The block device most of the recording's read sectors came from (ties: the lower number);
+    None for a recording with no reads."""
+    row = conn.execute("SELECT dev FROM block_requests WHERE recording_id = ? AND is_write = 0 GROUP BY dev"
+                       " ORDER BY SUM(nr_sectors) DESC, dev LIMIT 1", (rid,)).fetchone()
+    return None if row is None else row[0]
+
+
+def _read_elsewhere(conn: sqlite3.Connection, old: int, main: Optional[int]) -> bool:
+    """Did the new recording read mostly from a block device (`main`, _main_device) the old one
+    never read: the app's disk has another device number now (renumbered at boot, or the same
+    image on another disk, mounted where the old one was)? A vote counts a block on (device,
+    sector), so reads on two devices never agree: two such recordings left no block in a
+    majority ("nothing left to prefetch"), and more old ones would outvote the new device's."""
     return main is not None and conn.execute(
         "SELECT 1 FROM block_requests WHERE recording_id = ? AND dev = ? AND is_write = 0 LIMIT 1",
-        (old, main[0])).fetchone() is None
+        (old, main)).fetchone() is None
 
 
 def _programs_changed(conn: sqlite3.Connection, old: int, new: int) -> bool:
