@@ -140,7 +140,7 @@ def test_cold_python_import_is_several_times_slower(emu_system):
           f"ratio {ratio:.1f}x; cold reached the disk with {cold_stats['reads']} reads, "
           f"{cold_stats['seeks']} seeks, {cold_stats['bytes_read'] >> 20} MiB; warm with {warm_reads_seen} reads")
     assert cold_stats["reads"] > 50 and cold_stats["seeks"] > 10
-    assert ratio >= 3
+    assert ratio >= 6   # docs/emulated-disk.md: 6-19x (16-18x with a CPU kept busy, 2026-12-02)
 
 
 def test_system_image_runs_gcc_and_node(emu_system):
@@ -291,7 +291,9 @@ def test_ssd_profile():
               f"(model {model * 1e6 / n:.0f} us + FUSE/loop overhead)")
         assert s["reads"] >= n and s["seeks"] == 0
         assert abs(s["busy_ns"] / 1e9 - model) < 0.05 * model   # QD1: busy = n x service time
-        assert model <= elapsed < 10 * model                      # far from an HDD's ~12 ms
+        # FUSE and loop add their round trip: docs/emulated-disk.md, 160-250 us a read against the
+        # model's 98 us (with a CPU kept busy); an HDD's would be ~12 ms
+        assert model <= elapsed < 4 * model
     finally:
         d.down()
 

@@ -322,6 +322,13 @@ def test_kill_9_during_a_held_exec(live):
     assert live.worker_pid() not in (None, worker)
 
 
+# An exec delayed by a stopped worker (docs/hook.md, "Daemon death, hangs and SIGSTOP"): the
+# watchdog's or the sentinel's period (50 ms) + SIGKILL + the kernel releasing the group; typically
+# < 100 ms (with a CPU kept busy: 10-26 ms, both processes stopped 41-57 ms), bounded here with
+# room for a loaded 2-core machine.
+STOPPED_EXEC_S = 0.25
+
+
 def test_sigstop_of_the_worker_is_bounded(live):
     app = live.app()
     other = live.app("unrelated")
@@ -338,9 +345,8 @@ def test_sigstop_of_the_worker_is_bounded(live):
         except ProcessLookupError:
             pass
     assert rc1 == rc2 == 0
-    # watchdog period 50 ms + SIGKILL + the kernel releasing the group; bound asserted loosely
-    # (2 cores shared with other work): the guarantee is "bounded", not a number
-    assert e1 < 2.0 and e2 < 2.0, (e1, e2)
+    print(f"\nworker stopped: unrelated exec {e1 * 1e3:.0f} ms, app exec {e2 * 1e3:.0f} ms")
+    assert e1 < STOPPED_EXEC_S and e2 < STOPPED_EXEC_S, (e1, e2)
     assert "is stopped; killing it" in live.log.read_text()
 
 
@@ -363,8 +369,8 @@ def test_both_processes_stopped_is_bounded(live):
     finally:
         os.kill(watchdog, signal.SIGCONT)
     assert rc1 == rc2 == 0
-    # sentinel period 50 ms + SIGKILL + the kernel releasing the group, loosely (shared cores)
-    assert e1 < 2.0 and e2 < 2.0, (e1, e2)
+    print(f"\nboth stopped: unrelated exec {e1 * 1e3:.0f} ms, app exec {e2 * 1e3:.0f} ms")
+    assert e1 < STOPPED_EXEC_S and e2 < STOPPED_EXEC_S, (e1, e2)
     assert "both stopped or hung; killing the worker" in live.log.read_text()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and live.worker_pid() in (None, worker):
@@ -460,10 +466,11 @@ def test_exec_latency_of_unrelated_binaries(live, capsys):
     with capsys.disabled():
         print(f"\n/bin/true exec median: {without_us:.0f} us without, {with_us:.0f} us with warmstartd "
               f"(+{diff:.0f} us); daemon decision median {stats.get('unrelated_decision_median_us')} us")
-    # docs/hook.md: median decision 4-5 us (4.4-10.6 seen under load); the exec's +54-233 us grows
-    # with the machine's load (two sleep/wake round trips), so that one keeps a wide bound
-    assert stats["unrelated_decision_median_us"] < 50, stats
-    assert diff < 1000, (without, with_)
+    # docs/hook.md: median decision 4-5 us (2.7-10.6 seen under load); the exec's +54-233 us
+    # (-83 to +51 us with a CPU kept busy, 2026-12-02) grows with the machine's load (two
+    # sleep/wake round trips): about twice the largest seen
+    assert stats["unrelated_decision_median_us"] < 20, stats
+    assert diff < 500, (without, with_)
 
 
 def test_inode_marks_bring_no_event_for_an_unindexed_binary(live):

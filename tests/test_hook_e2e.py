@@ -24,6 +24,8 @@ from test_hook_daemon import have_fanotify_perm
 
 BUILD = REPO / "build"
 REPS = int(os.environ.get("WARMSTART_HOOK_E2E_REPS", "3"))
+SHARE_OF_RUNS_GAIN = 0.8   # docs/hook.md: the hook delivers 85-103 % of `warmstart run`'s gain
+LEARNED_OF_FIRST = 0.5     # docs/hook.md: learned second launch 0.501 s after a recorded 1.733 s
 APPS = {  # name -> python3 -c code: scattered standard-library reads, different per app
     "hk-mail": "import json, email.mime.multipart, http.client, asyncio, decimal, xml.dom.minidom, "
                "sqlite3, logging.handlers, unittest, argparse, tarfile, zipfile",
@@ -205,13 +207,14 @@ def test_plain_launch_is_prefetched_like_warmstart_run(hookenv, capsys):
     rep = next(a for a in h.wsj("report")["apps"] if a["app"] == name)
     assert rep["gain"] and rep["gain"] > 0 and rep["methods"]["hook"]["n"] >= REPS, rep
     # The 5 % target against `warmstart run` is a performance claim: `warmstart bench --modes
-    # segmented,hook` measures it. Here only that the hook delivers most of run's gain, with a
-    # margin a noisy host cannot eat (measured 85-103 % of it; CI once saw the ratio swing to +15 %).
+    # segmented,hook` measures it. Here that the hook delivers most of run's gain, with a margin a
+    # noisy host cannot eat (measured 85-103 % of it; CI once saw hook/run swing to +15 %, which is
+    # still ~90 % of the gain).
     gap = med["hook"] / med["run"] - 1
     share = (med["none"] - med["hook"]) / (med["none"] - med["run"])
     with capsys.disabled():
         print(f"hooked vs run: {gap:+.1%}, {share:.0%} of run's gain")
-    assert share >= 0.6, med
+    assert share >= SHARE_OF_RUNS_GAIN, med
 
 
 def test_learn_auto_prefetches_the_second_plain_launch(hookenv, capsys):
@@ -246,6 +249,9 @@ def test_learn_auto_prefetches_the_second_plain_launch(hookenv, capsys):
     with capsys.disabled():
         print(f"learn: first plain launch {t1:.3f} s (recorded), second {t2:.3f} s; hooked: {hooked}")
     assert hooked and hooked[-1]["outcome"] == "ready"
+    # docs/hook.md: 1.733 s recorded, 0.501 s prefetched (0.29 x): the second launch at most half
+    # the first, both from a dropped cache
+    assert t2 <= LEARNED_OF_FIRST * t1, (t1, t2)
     # what the daemon and learner wrote names users' programs and files: root's only
     state = h.root / "var/lib/warmstart"
     private = [state / n for n in ("hook-events.jsonl", "learner-events.jsonl", "learner.log", "warmstartd.log")]

@@ -301,6 +301,11 @@ def _plan(root: bytes, names, cpu_ms: int, seed=11):
     return [str(SYNTH)] + steps
 
 
+# the local schedule's gain over cold at least (docs/portable-schedules.md: 41-48 % with 60 ms
+# bursts, 58-64 % with 20 ms)
+LOCAL_GAIN = {60: 0.3, 20: 0.45}
+
+
 @pytest.mark.parametrize("cpu_ms", [60, 20])
 def test_export_import_across_disks_gains_match(tmp_path, cpu_ms):
     # With 20 ms bursts the two disks' own analyses segment differently: the import must redo the
@@ -381,7 +386,7 @@ def test_export_import_across_disks_gains_match(tmp_path, cpu_ms):
             print(f"  {label}: {[len(g.ranges) for g in sc.segments]} ranges per segment, "
                   f"{sum(r.file is None for g in sc.segments for r in g.ranges)} metadata, t_exp {sc.t_exp_s:.3f} s")
         print("all times:", json.dumps({k: [round(x, 3) for x in v] for k, v in times.items()}))
-        assert gain["local"] > 0.2, (med, "the local schedule should help on the emulated HDD")
+        assert gain["local"] > LOCAL_GAIN[cpu_ms], (med, "the local schedule should help on the emulated HDD")
         assert abs(gain["imported"] - gain["local"]) <= 0.10 * gain["local"], (gain, med)
     finally:
         for d in disks:

@@ -236,18 +236,34 @@ def test_uid_drop_reads_only_what_the_user_may_read(files, tmp_path):
     assert cached_pages(files[1], 0, 1024 * KIB) == 0
 
 
+# docs/replayer.md: time to first I/O 0.3-0.6 ms median, 3 ms worst seen on the loaded machine;
+# peak RSS 1.8-3.7 MiB. The bounds: the median of each engine's runs, every run, every run's RSS.
+FIRST_IO_MEDIAN_NS = 1_000_000
+FIRST_IO_WORST_NS = 5_000_000
+RSS_KB = 4 * 1024
+OVERHEAD_RUNS = 9
+
+
 def test_overhead_is_small(files, tmp_path):
-    """Peak RSS and start-up to first I/O (targets: 8 MiB, 2 ms; start-up with slack for a
-    loaded 2-core machine)."""
+    """Start-up to first I/O and peak RSS of each engine, at the bounds above (docs/replayer.md)."""
     conn = open_db(tmp_path / "db")
     export = build(conn, files, [[(0, 0, 1024), (1, 0, 1024)], [(2, 0, 1024)]], tmp_path)
+    seen = {}
     for engine in ENGINES:
-        for p in files:
-            evict(p)
-        rc, st, _ = run_replayer(export, "--engine", engine)
-        assert rc == 0
-        assert st["max_rss_kb"] <= 8 * 1024, (engine, st["max_rss_kb"])
-        assert st["t_first_io_ns"] < 10_000_000, (engine, st["t_first_io_ns"])
+        first_io, rss = [], []
+        for _ in range(OVERHEAD_RUNS):
+            for p in files:
+                evict(p)
+            rc, st, err = run_replayer(export, "--engine", engine)
+            assert rc == 0, err
+            first_io.append(st["t_first_io_ns"])
+            rss.append(st["max_rss_kb"])
+        seen[engine] = (sorted(first_io), max(rss))
+    print("\nreplayer start-up to first I/O (ns, sorted) and peak RSS (KiB) per engine:", seen)
+    for engine, (first_io, rss) in seen.items():
+        assert first_io[len(first_io) // 2] < FIRST_IO_MEDIAN_NS, (engine, first_io)
+        assert first_io[-1] < FIRST_IO_WORST_NS, (engine, first_io)
+        assert rss <= RSS_KB, (engine, rss)
 
 
 def _judged_at_exit(files, export, mode, app_code):
