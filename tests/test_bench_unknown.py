@@ -52,11 +52,14 @@ def test_bench_unknown_one_rep(tmp_path):
         assert status == 0 and t > 0 and used > 0, mode
         if mode == "unknown-spec":
             copy = d["copy"]
-            # the copy ran the command (it opened files) and was ended, nothing of it left alive; it
-            # prefetched files unless it was stopped first for trailing the launch (its cost rule;
-            # with one CPU kept busy it trailed synth in 6 of 6 runs, after ~20 opens and 1-2 data
-            # files, and one CI run saw it stopped before its first)
-            assert copy["totals"]["opens"] > 0 and copy["still_alive_after_kill"] == [], copy
+            # the copy was ended, nothing of it left alive; it ran the command (opened files) and
+            # prefetched files unless its cost rule stopped it first for trailing the launch. With
+            # one CPU kept busy it trailed synth in 6 of 6 runs, after ~20 opens and 1-2 data files;
+            # two CI runs saw it stopped before its first open: it runs at idle priority, so on a
+            # busy machine it may not reach CMD's first open within the 0.15 s grace. (Its init's
+            # set-up read no longer counts as progress: test_speculate_safety's progress test.)
+            assert copy["still_alive_after_kill"] == [], copy
+            assert copy["totals"]["opens"] > 0 or copy["killed_reason"] == "not ahead", copy
             assert copy["prefetched_files"] > 0 or copy["killed_reason"] == "not ahead", copy
             assert (d["by_mechanism"]["speculation"]["prefetched_pages"] > 0) == (copy["prefetched_files"] > 0), d
 

@@ -221,6 +221,34 @@ def test_second_kill_is_harmless(built):
     assert copy.killed_reason == "not ahead" and wait_gone(pids) == []
 
 
+def test_progress_counts_the_commands_reads_not_the_sandbox_set_up(built):
+    """The cost rule judges the copy by its progress (rchar) once it has any: the namespace's init,
+    which only builds the sandbox (it reads the start byte), must not count, or a copy still
+    setting up on a busy CPU is killed as 'not ahead' before its command opened a file."""
+    from warmstart.speculate.sandbox import SpeculativeCopy
+
+    def rchar(pid):
+        with open(f"/proc/{pid}/io") as f:
+            return int(next(l for l in f if l.startswith("rchar:")).split()[1])
+
+    def comm(pid):
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+
+    with SpeculativeCopy(["sleep", "30"], prefetch=False).start() as copy:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            cmd = [p for p in copy.pids() if p != copy.init_pid]
+            if cmd and all(comm(p) == "sleep" for p in cmd):
+                break
+            time.sleep(0.02)
+        assert cmd and comm(cmd[0]) == "sleep", cmd
+        time.sleep(0.2)   # sleep has loaded its libraries: its rchar stays put
+        own = sum(rchar(p) for p in cmd)
+        assert rchar(copy.init_pid) >= 1 and own > 0
+        assert copy.progress_bytes() == own
+
+
 def test_copy_runs_at_idle_priority(built, tmp_path):
     from warmstart.speculate.sandbox import SpeculativeCopy
     out = tmp_path / "o.txt"

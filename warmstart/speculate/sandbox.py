@@ -146,9 +146,9 @@ class SpeculativeCopy:
         """Host pids of every process of the copy (its namespace's init and descendants)."""
         return [] if self.init_pid is None else tree_pids(self.init_pid)
 
-    def _sum_proc(self, fname: str, key: str, scale: int = 1) -> int:
+    def _sum_proc(self, fname: str, key: str, scale: int = 1, pids: Optional[List[int]] = None) -> int:
         total = 0
-        for pid in self.pids():
+        for pid in self.pids() if pids is None else pids:
             try:
                 with open(f"/proc/{pid}/{fname}") as f:
                     for line in f:
@@ -163,8 +163,10 @@ class SpeculativeCopy:
         return self._sum_proc("status", "VmRSS:", 1024)
 
     def progress_bytes(self) -> int:
-        """Bytes its processes read through read-type calls (rchar): its progress through the launch."""
-        return self._sum_proc("io", "rchar:")
+        """Bytes the command's processes read through read-type calls (rchar): its progress through
+        the launch. The namespace's init is left out: it only sets the sandbox up (its read of the
+        start byte counted as progress, so a copy still building its mounts was judged as running)."""
+        return self._sum_proc("io", "rchar:", pids=[p for p in self.pids() if p != self.init_pid])
 
     def _signal_all(self, sig) -> None:
         for pid in self.pids():
