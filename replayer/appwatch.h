@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#define APPWATCH_INTERVAL_NS 2000000ull     /* 2 ms (longer if a look's CPU is over 2 % of it) */
+#define APPWATCH_INTERVAL_NS 2000000ull     /* 2 ms (longer if the looks' CPU is over 2 % of it) */
 #define APPWATCH_FULL_NS (3ull * 1000000000) /* then every 10 ms */
 #define APPWATCH_MAX_NS (20ull * 1000000000) /* a long-running app: stop sampling 20 s after the release */
 #define APPWATCH_TASKS 64                   /* processes followed at most */
@@ -37,6 +37,9 @@ struct appwatch {
 	bool stop;
 	/* results (read after appwatch_stop) */
 	uint64_t samples, waiting_samples, running_samples;
+	uint64_t late_samples;               /* looks more than LATE intervals after the one before */
+	uint64_t max_interval_ns;            /* the longest interval the cost rule set */
+	uint64_t late_wait_ns;               /* what the cap left uncounted of late looks that saw a wait */
 	uint64_t *waited_ns;                 /* [nsegs + 1]: per segment, and [nsegs] after the replay */
 	uint64_t first_wait_ns, last_wait_ns; /* after the release; 0: never waited */
 	uint32_t procs_seen;
