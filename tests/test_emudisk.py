@@ -291,9 +291,11 @@ def test_ssd_profile():
               f"(model {model * 1e6 / n:.0f} us + FUSE/loop overhead)")
         assert s["reads"] >= n and s["seeks"] == 0
         assert abs(s["busy_ns"] / 1e9 - model) < 0.05 * model   # QD1: busy = n x service time
-        # FUSE and loop add their round trip: docs/emulated-disk.md, 160-250 us a read against the
-        # model's 98 us (with a CPU kept busy); an HDD's would be ~12 ms
-        assert model <= elapsed < 4 * model
+        # FUSE and loop add their round trip, which depends on the host and its load
+        # (docs/emulated-disk.md: 160-250 us a read on one host, 295-381 us on another, 674 us
+        # in a fresh-clone CI run there, against the model's 98 us): what is asserted is that it
+        # is not a disk that seeks, under 2 ms a read (an HDD's ~12 ms)
+        assert model <= elapsed < n * 0.002
     finally:
         d.down()
 
