@@ -247,9 +247,9 @@ static void loop(struct appwatch *w)
 		 * and every 10 ms once the launch has run APPWATCH_FULL_NS. The look's CPU, not its
 		 * wall time: on a busy machine a look is preempted for a time slice or more (8-13 ms
 		 * seen), and counting that as its cost left 2-4 looks in a launch. The average of the
-		 * recent looks' CPU (1/8 each), not the last one's: in this VM the watch spends 100-200 us
-		 * per look, and one costly look stretched the next interval to 15-20 ms in
-		 * the middle of the app's waits (a CI run: 3 looks saw 94 ms of waiting, 55 counted). */
+		 * recent looks' CPU (1/8 each), not the last one's: in this VM the watch spends 100-205 us
+		 * per look, and with the last one's a CI run counted 55 of the app's 94 ms of waits in 3
+		 * looks, ~18 ms apart (inferred: one costly look stretching the next interval). */
 		uint64_t cost = cpu_now_ns() - cpu0;
 		avg_cost = avg_cost ? avg_cost - avg_cost / 8 + cost / 8 : cost;
 		interval = now - rel > APPWATCH_FULL_NS ? 5 * APPWATCH_INTERVAL_NS : APPWATCH_INTERVAL_NS;
