@@ -8,6 +8,7 @@ import pytest
 
 from warmstart.db import open_db
 from warmstart.db.launches import list_launches
+from warmstart.db.schedules import list_schedules
 from warmstart.hook import feedback
 from warmstart.hook.config import HookConfig
 
@@ -463,6 +464,37 @@ def test_a_segmented_schedule_is_tried_whole_once_and_the_faster_kept(db, t_whol
     assert r.exit_code == 0, r.output
     assert (f"segmented or whole: {kept}: whole {t_whole:.3f} s against segmented 1.000 s (the whole one kept "
             f"only if faster by 0.100 s)") in r.output, r.output
+
+
+@pytest.mark.parametrize("waited_ms, runq_ms, tried", [(30, 10, False), (75, 10, True), (0, 90, True)])
+def test_no_whole_trial_where_the_segmented_launchs_app_barely_waited(db, waited_ms, runq_ms, tried, tmp_path,
+                                                                      monkeypatch):
+    """Fetching whole can only take away what the segmented launch's app waited (on the disk and
+    for a CPU, by the replayer's watch): cold 2.0 s, margin 0.1 s; 40 ms of waits (under 0.8 x
+    the margin) settle the trial after that one launch, segmented kept, never tried whole; 85 ms
+    (the watch's count can be 0.8 x the app's) or 90 ms in the run queue alone still try it."""
+    from click.testing import CliRunner
+    from warmstart.cli import cli
+    conn, _ = db
+    cold_recordings(conn, [2.0, 2.0, 2.0])
+    seg = segmented_schedule(conn)
+    s = timed(1.0)
+    s["app_wait"] = {"waited_ns": waited_ms * 10**6, "runq_ns": runq_ms * 10**6, "segments_ns": [waited_ms * 10**6],
+                     "after_ns": 0, "wchan": {}}
+    _, v = judge(conn, seg, s, HookConfig())
+    t = v["trial"]
+    if tried:
+        assert t["state"] == "trying whole" and active(conn) == t["whole"] != seg
+        return
+    assert t == {"state": "kept segmented", "segmented": seg, "whole": None, "t_segmented_s": pytest.approx(1.0),
+                 "waited_s": pytest.approx(0.04), "margin_s": pytest.approx(0.1), "active": None}
+    assert active(conn) == seg and len(list_schedules(conn, "mail")) == 2   # the db fixture's and seg: no whole one
+    _, v = judge(conn, seg, timed(1.0), HookConfig())    # settled: a launch that waited more tries nothing
+    assert v["trial"] is None and active(conn) == seg
+    monkeypatch.setenv("WARMSTART_HOOK_ROOT", str(tmp_path / "hookroot"))
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status"])
+    assert r.exit_code == 0, r.output
+    assert "kept segmented, not tried whole: its app waited 0.040 s (disk and CPU)" in r.output, r.output
 
 
 def test_no_trial_from_a_launch_that_cannot_be_compared_or_a_schedule_that_has_nothing_to_try(db):

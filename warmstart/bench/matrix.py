@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -538,6 +539,32 @@ def _vs_bound_at_cpu(rows: list, cut: Optional[float], sp: dict) -> Dict[str, Li
     return out
 
 
+def _hook_vs_cold(rows: list) -> dict:
+    """One app's hooked launches against its cold ones (issue 22's "never slower than no
+    prefetch"): the worst hooked launch over the cold median, raw and at its CPU (the cold
+    launches' median time off the CPU, launch time - app CPU time, plus this launch's own CPU
+    time: the part a prefetch can change, with the host's CPU speed of that launch; for a
+    CPU-bound launch the host's speed moves the raw ratio by more than any prefetch does), and
+    how many of its last hooked launches in a row were slower than the cold median."""
+    cold = [r for r in rows if r["method"] == "cold" and r["launch_time_s"] is not None]
+    hook = [r for r in rows if r["method"] == "hook" and r["launch_time_s"] is not None]
+    out = {"hook_worst_vs_cold": None, "hook_worst_vs_cold_at_cpu": None, "hook_slow_at_end": 0}
+    if not cold or not hook:
+        return out
+    med = _median([r["launch_time_s"] for r in cold])
+    out["hook_worst_vs_cold"] = max(r["launch_time_s"] for r in hook) / med
+    off = [r["launch_time_s"] - launch_cpu_s(r) for r in cold if launch_cpu_s(r)]
+    if off:
+        off_med = statistics.median(off)
+        at_cpu = [stats.ratio(r["launch_time_s"], off_med + launch_cpu_s(r)) for r in hook if launch_cpu_s(r)]
+        out["hook_worst_vs_cold_at_cpu"] = max((x for x in at_cpu if x is not None), default=None)
+    for r in reversed(hook):
+        if r["launch_time_s"] <= med:
+            break
+        out["hook_slow_at_end"] += 1
+    return out
+
+
 def _add_results(conn, cfg: BenchConfig, doc: dict, bench_id: str) -> None:
     """The stored launches' summaries: the matrix's, or the unknown launches', and relocation's."""
     doc["results"] = {} if cfg.unknown else results(conn, bench_id, doc)
@@ -705,6 +732,7 @@ def results(conn, bench_id: str, doc: dict) -> dict:
             "run_cli_overhead_s": _median([(r["details"] or {}).get("startup_overhead_s") for r in rows
                                            if r["app"] == s["app"] and r["mode"] == "run-cli"]),
             "hook_outcomes": info.get("hook_outcomes"),
+            **_hook_vs_cold([r for r in rows if r["app"] == s["app"]]),
         }
     for base, r in out.items():   # an overlay launch against the same launch from the lower fs
         lower = out.get(base[:-len(OVERLAY)]) if base.endswith(OVERLAY) else None

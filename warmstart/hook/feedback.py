@@ -322,7 +322,10 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
         _act(verdict, history, cfg)
     if verdict.get("comparable") and cfg.try_whole and not verdict["action"]:
         # segmented or whole: the margin is the noise of the app's cold launches where it has some
-        verdict["trial"] = trial.step(conn, sid, launch_s, cold["margin_s"] if cold else MIN_MARGIN * launch_s)
+        w = verdict["app_wait"]
+        waited = None if w is None or w["runq_s"] is None else w["waited_s"] + w["runq_s"]
+        verdict["trial"] = trial.step(conn, sid, launch_s, cold["margin_s"] if cold else MIN_MARGIN * launch_s,
+                                      waited)
     stats = stats or {}
     # used and prefetched-and-used bytes stay empty: the exit check sees residency, not use
     # (docs/hook.md); the coverage is in the verdict (scheduled_resident_bytes, hit_ratio)

@@ -12,6 +12,15 @@ app's cold launches: settled within 3 launches from one launch of each, so up to
 one launch the steady state is not slower than fetching the schedule whole by more than that
 margin. Decided once per schedule (a new analysis tries again).
 
+Not tried where it cannot win: fetching whole can only take away the segmented launch's waits,
+the time its app waited on the disk or for a CPU the replay held (the replayer's app watch: its
+waits and run-queue time), since its hold fetches a superset of the segmented one's. When those
+are well below the margin the whole one would have to beat (WAIT_UNDERCOUNT: the watch's sampled
+count was 0.86-1.07 x the app's own figure, docs/replayer.md), its launch could not be kept and
+would cost one launch fetched whole for nothing (pycompile on the emulated SSD's btrfs: 0.80 s
+whole against 0.53 s segmented, whose app waited 29 + 22 ms against a 165 ms margin): the segmented one is
+kept after its first launch.
+
 A comparable launch (feedback.judge): timed, alone on the disk, started cold, its prefetched pages
 kept to its exit."""
 
@@ -32,12 +41,19 @@ def comparable_times(conn, schedule_id: int) -> List[float]:
             and (r["details"].get("feedback") or {}).get("comparable")]
 
 
-def step(conn, schedule_id: int, launch_s: float, margin_s: float) -> Optional[dict]:
+# the watch's count of the app's waits can be this much below the app's own (docs/replayer.md)
+WAIT_UNDERCOUNT = 0.8
+
+
+def step(conn, schedule_id: int, launch_s: float, margin_s: float,
+         waited_s: Optional[float] = None) -> Optional[dict]:
     """After a comparable hooked launch of the schedule (inside the caller's transaction): start
     the trial (the schedule fetched whole stored and made active), or settle it (the faster
     active; the whole one only if faster by margin_s, the noise of the app's launches); what was
     done, with `active` the schedule made active (None: unchanged), or None where there is
-    nothing to try (settled, one segment, or no longer the app's schedule)."""
+    nothing to try (settled, one segment, or no longer the app's schedule). waited_s: what the
+    segmented launch's app waited, on the disk and for a CPU (None: not watched); far below
+    margin_s, the trial is settled without trying whole (above)."""
     if schedule_id not in active_schedule_ids(conn):
         return None    # replaced since the launch (a new analysis): its trial is moot
     sched = load_schedule(conn, schedule_id)
@@ -48,6 +64,11 @@ def step(conn, schedule_id: int, launch_s: float, margin_s: float) -> Optional[d
     if segmented is None:
         if len(sched.segments) < 2 or p.get("whole_variant"):
             return None
+        if waited_s is not None and waited_s / WAIT_UNDERCOUNT < margin_s:
+            decision = {"state": "kept segmented", "segmented": schedule_id, "whole": None,
+                        "t_segmented_s": launch_s, "waited_s": waited_s, "margin_s": margin_s}
+            set_schedule_param(conn, schedule_id, "trial", decision)
+            return {**decision, "active": None}
         whole = insert_schedule(conn, fetched_whole(sched))
         set_schedule_param(conn, schedule_id, "whole_variant", whole)
         return {"state": "trying whole", "segmented": schedule_id, "whole": whole,
@@ -69,6 +90,10 @@ def step(conn, schedule_id: int, launch_s: float, margin_s: float) -> Optional[d
 
 def describe(t: dict) -> str:
     """One trial step in words (bench tables, `hook status`)."""
+    if t.get("whole") is None:
+        return (f"kept segmented, not tried whole: its app waited {t['waited_s']:.3f} s (disk and CPU) in a "
+                f"launch of {t['t_segmented_s']:.3f} s, all a whole fetch could save, below the "
+                f"{t['margin_s']:.3f} s it would have to save; schedule {t['segmented']} serves the app")
     if t["state"] == "trying whole":
         return (f"a segmented launch took {t['t_segmented_s']:.3f} s; the schedule fetched whole (schedule "
                 f"{t['whole']}) serves the next launch, then the faster is kept")

@@ -55,6 +55,14 @@ def targets(doc: dict) -> list:
                     med("hook_vs_best_reorder"), 0.95),
                    ("hook ≤ 1.00 × the better of reorder, reorder-ours for every app",
                     max(a["hook_vs_best_reorder"] for a in r if a.get("hook_vs_best_reorder")), 1.0)]
+    worst = [a["hook_worst_vs_cold"] for a in r if a.get("hook_worst_vs_cold") is not None]
+    if worst:   # issue 22: never slower than no prefetch
+        at_cpu = [a["hook_worst_vs_cold_at_cpu"] for a in r if a.get("hook_worst_vs_cold_at_cpu") is not None]
+        checks += [("every hooked launch ≤ 1.02 × its app's cold median (the highest, every app)", max(worst), 1.02),
+                   ("the same at its CPU: cold's median time off the CPU + the launch's own CPU time (the highest)",
+                    max(at_cpu, default=None), 1.02),
+                   ("apps still prefetched at the end after 3 or more hooked launches in a row slower than their "
+                    "cold median", len(left_in_path(doc)), 0)]
     out = [(name, v, None if v is None else v <= bar) for name, v, bar in checks]
     lowest = [a["prefetched_min_vs_bound_at_cpu"] for a in r if a.get("prefetched_min_vs_bound_at_cpu")]
     if lowest:   # the bound's own check (docs/algorithms.md): a launch below it would refute it
@@ -63,6 +71,15 @@ def targets(doc: dict) -> list:
     out.append(("every launch correct (exit status and output as a plain run)", len(doc["problems"]),
                 not doc["problems"]))
     return out
+
+
+def left_in_path(doc: dict) -> list:
+    """The apps whose last 3 or more hooked launches of the run were each slower than their cold
+    median and that the hook still served at its end, neither shown degraded nor out of its index."""
+    hook = doc.get("hook") or {}
+    index, degraded = hook.get("index_apps"), hook.get("degraded") or {}
+    return [a["app"] for a in doc["results"].values() if (a.get("hook_slow_at_end") or 0) >= 3
+            and a["app"] not in degraded and (index is None or a["app"] in index)]
 
 
 def _fs_line(doc: dict) -> str:
@@ -144,15 +161,18 @@ def render(doc: dict, command: str = "") -> str:
                   "caches dropped before each, fork to exit. run-cli: `warmstart run` timed from outside; "
                   "overhead = that minus the launch time it reports. LB at its CPU: each launch against "
                   "LB with its CPU halves scaled by that launch's CPU time over the fastest warm launch's "
-                  "(docs/algorithms.md), median over the launches.", "",
+                  "(docs/algorithms.md), median over the launches. worst hook / cold: the slowest hooked "
+                  "launch over the cold median; at its CPU: over the cold launches' median time off the CPU "
+                  "(launch time - the app's CPU time) plus that launch's own CPU time.", "",
                   "| app | hook / best of reorder, reorder-ours | hook / LB | hook / LB at its CPU | hook / cold "
-                  "| outcomes | run-cli overhead (s) |",
-                  "|---|---:|---:|---:|---:|---|---:|"]
+                  "| worst hook / cold (at its CPU) | outcomes | run-cli overhead (s) |",
+                  "|---|---:|---:|---:|---:|---:|---|---:|"]
         for name, a in doc["results"].items():
             oc = a.get("hook_outcomes") or []
             shown = ", ".join(f"{o} {oc.count(o)}" for o in sorted(set(oc))) or "–"
             lines.append(f"| {name} | {_x(a.get('hook_vs_best_reorder'))} | {_x(a.get('hook_vs_bound'))} | "
                          f"{_x(a.get('hook_vs_bound_at_cpu'))} | {_x(a.get('hook_vs_cold'))} | "
+                         f"{_x(a.get('hook_worst_vs_cold'))} ({_x(a.get('hook_worst_vs_cold_at_cpu'))}) | "
                          f"{shown} | {_s(a.get('run_cli_overhead_s'))} |")
         if (doc.get("hook") or {}).get("degraded"):
             lines += [f"- degraded: {k}: {v}" for k, v in doc["hook"]["degraded"].items()]
