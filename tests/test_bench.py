@@ -159,6 +159,8 @@ def test_bench_hook_mode_and_run_from_outside_on_the_random_layout(tmp_path):
     # the app's CPU (synth: 48 reads with 12 bursts of 5-20 ms of CPU between them), at most its wall time
     timed = [(json.loads(r[2]).get("bench") or json.loads(r[2]), r[1]) for r in rows if r[0] != "run-cli"]
     assert all(0.04 < (d["app_cpu_s"]) <= t for d, t in timed), timed
+    # and the CPU time the hypervisor took from the machine meanwhile (0 on bare metal)
+    assert all(d["host_steal_s"] is not None and 0 <= d["host_steal_s"] <= os.cpu_count() * t for d, t in timed), timed
     for d in hooked:  # the learner's row of that launch, claimed: its verdict and exact exec-to-exit time
         assert d["bench"]["outcome"] in ("ready", "deadline") and d["feedback"]["judged"] is not None
         # exec to exit, as the replayer saw the exit (its pidfd poll waking), within fork to exit as
@@ -198,12 +200,13 @@ def test_hooked_launches_against_cold_raw_and_at_their_cpu():
     apps left prefetched after 3 of them (not degraded, still in the index)."""
     from warmstart.bench.matrix import _hook_vs_cold
 
-    def row(method, t, cpu):
-        return {"method": method, "launch_time_s": t, "details": {"bench": {"app_cpu_s": cpu}}}
+    def row(method, t, cpu, steal=0.0):
+        return {"method": method, "launch_time_s": t, "details": {"bench": {"app_cpu_s": cpu, "host_steal_s": steal}}}
 
     cold = [row("cold", 1.0, 0.8), row("cold", 1.1, 0.9), row("cold", 0.9, 0.7)]   # 0.2 s off the CPU each
-    got = _hook_vs_cold(cold + [row("hook", 0.5, 0.2), row("hook", 1.2, 1.05), row("hook", 0.6, 0.4)])
+    got = _hook_vs_cold(cold + [row("hook", 0.5, 0.2), row("hook", 1.2, 1.05, 0.3), row("hook", 0.6, 0.4)])
     assert got["hook_worst_vs_cold"] == pytest.approx(1.2)               # 1.2 s over the cold median 1.0
+    assert got["hook_worst_steal_s"] == pytest.approx(0.3)               # the host's steal in that one
     assert got["hook_worst_vs_cold_at_cpu"] == pytest.approx(0.5 / 0.4)  # 0.3 s off the CPU, against 0.2
     assert got["hook_slow_at_end"] == 0
     slow = _hook_vs_cold(cold + [row("hook", 0.5, 0.2)] + [row("hook", 1.05, 0.85)] * 3)

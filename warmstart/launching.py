@@ -73,6 +73,19 @@ def parse_until(spec: str) -> Until:
     raise WarmstartError(f"bad --until {spec!r}: {forms}")
 
 
+def host_steal_s() -> Optional[float]:
+    """CPU seconds the hypervisor has run other guests on this machine's CPUs (all of them) since
+    boot: the steal column of /proc/stat; None where the kernel does not count it. Over a launch,
+    time in which the launch's CPU work was not done though it was running: a virtual machine's
+    host can slow a launch by more than any prefetch speeds it up (docs/benchmarks.md)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @dataclass
 class LaunchResult:
     pid: int
@@ -83,6 +96,7 @@ class LaunchResult:
     output: bytes = b""
     devices: List[int] = field(default_factory=list)
     cpu_s: Optional[float] = None   # the command's user + system CPU (its waited-for children's too), at exit
+    steal_s: Optional[float] = None  # CPU time the hypervisor took from this machine meanwhile (host_steal_s)
 
     @property
     def launch_time_s(self) -> float:
@@ -293,6 +307,7 @@ def launch(argv: Sequence, until: Until = Until("exit"), timeout: float = 60.0, 
             raise WarmstartError("--until idle needs a block device to watch and none of the command's "
                                  "paths is on one: pass --device /dev/...")
     devices = list(devices)
+    steal0 = host_steal_s()
     start_ns = time.monotonic_ns()
     held = _SignalsDeferred()
     try:
@@ -343,10 +358,12 @@ def launch(argv: Sequence, until: Until = Until("exit"), timeout: float = 60.0, 
         pump.join(timeout=2)
         raise
     status = proc.returncode if reason == "exit" else None
+    steal1 = host_steal_s()
     if kill_at_end:
         _kill_group(proc)  # after an exit this ends children it left behind
     if reason == "exit" or kill_at_end:
         pump.join(timeout=5)
     return LaunchResult(pid=proc.pid, start_ns=start_ns, end_ns=end_ns, end_reason=reason,
                         exit_status=status, output=pump.output, devices=devices,
-                        cpu_s=cpu_s if reason == "exit" else None)
+                        cpu_s=cpu_s if reason == "exit" else None,
+                        steal_s=None if steal0 is None or steal1 is None else steal1 - steal0)

@@ -160,7 +160,7 @@ class HookMode:
         row = _wait_feedback(conn, app_id, last) if ev and ev[-1].get("stats") else None
         if row is not None:
             self._wait_trial(name, row, loads)
-        details = {"rep": i, "outside_s": t, "app_cpu_s": out.cpu_s, "outcome": outcome,
+        details = {"rep": i, "outside_s": t, "app_cpu_s": out.cpu_s, "host_steal_s": out.steal_s, "outcome": outcome,
                    "held_ms": ev[-1].get("held_ms") if ev else None,
                    "exec_to_exit_s": row["launch_time_s"] if row else None}
         if row is not None:

@@ -539,20 +539,30 @@ def _vs_bound_at_cpu(rows: list, cut: Optional[float], sp: dict) -> Dict[str, Li
     return out
 
 
+def host_steal_s(row: dict) -> Optional[float]:
+    """The CPU time the hypervisor took from this machine during a launch (launching.host_steal_s,
+    all its CPUs), None if not known (rows from before 2026-12-03)."""
+    d = row["details"] or {}
+    return (d.get("bench") or {}).get("host_steal_s", d.get("host_steal_s"))
+
+
 def _hook_vs_cold(rows: list) -> dict:
     """One app's hooked launches against its cold ones (issue 22's "never slower than no
     prefetch"): the worst hooked launch over the cold median, raw and at its CPU (the cold
     launches' median time off the CPU, launch time - app CPU time, plus this launch's own CPU
     time: the part a prefetch can change, with the host's CPU speed of that launch; for a
-    CPU-bound launch the host's speed moves the raw ratio by more than any prefetch does), and
-    how many of its last hooked launches in a row were slower than the cold median."""
+    CPU-bound launch the host's speed moves the raw ratio by more than any prefetch does), the
+    host's steal during the worst one, and how many of its last hooked launches in a row were
+    slower than the cold median."""
     cold = [r for r in rows if r["method"] == "cold" and r["launch_time_s"] is not None]
     hook = [r for r in rows if r["method"] == "hook" and r["launch_time_s"] is not None]
-    out = {"hook_worst_vs_cold": None, "hook_worst_vs_cold_at_cpu": None, "hook_slow_at_end": 0}
+    out = {"hook_worst_vs_cold": None, "hook_worst_vs_cold_at_cpu": None, "hook_worst_steal_s": None,
+           "hook_slow_at_end": 0}
     if not cold or not hook:
         return out
     med = _median([r["launch_time_s"] for r in cold])
-    out["hook_worst_vs_cold"] = max(r["launch_time_s"] for r in hook) / med
+    worst = max(hook, key=lambda r: r["launch_time_s"])
+    out["hook_worst_vs_cold"], out["hook_worst_steal_s"] = worst["launch_time_s"] / med, host_steal_s(worst)
     off = [r["launch_time_s"] - launch_cpu_s(r) for r in cold if launch_cpu_s(r)]
     if off:
         off_med = statistics.median(off)

@@ -17,7 +17,7 @@ from ..db import launches
 from ..db.recordings import find_app_by_signature, get_app
 from ..db.schedules import load_active_schedule
 from ..errors import WarmstartError
-from ..launching import Until, launch, resolve_command
+from ..launching import Until, host_steal_s, launch, resolve_command
 from ..signature import signature_argv
 from .export import export_in_memory
 from .process import DEFAULT_ENGINE, MODES, ReplayProcess
@@ -31,6 +31,7 @@ class LaunchOutcome:
     launch_time_s: float           # replayer start (or fork, without prefetch) -> launch end
     app_time_s: float              # fork -> launch end
     app_cpu_s: Optional[float]     # the app's user + system CPU (None: it had not exited at the end)
+    host_steal_s: Optional[float]  # launching.host_steal_s over launch_time_s (None: not counted here)
     prebuffer_s: float             # replayer start -> release (0 without prefetch)
     exit_status: Optional[int]
     end_reason: str
@@ -117,15 +118,16 @@ def run_launch(conn, argv: Sequence[str], prefetch: Prefetch = Prefetch(), how: 
     try:
         if cold is not None:
             cold()
-        t0 = time.monotonic_ns()
+        t0, steal0 = time.monotonic_ns(), host_steal_s()
         with use:
             if export_fd is not None:
                 rp = ReplayProcess(f"/dev/fd/{export_fd}", mode, prefetch.engine, pass_fds=(export_fd,))
-                t0 = time.monotonic_ns()
+                t0, steal0 = time.monotonic_ns(), host_steal_s()
                 rp.start()
                 os.close(export_fd)
                 export_fd = None
                 ready = rp.wait_ready(how.timeout)
+            at_fork = host_steal_s()
             result = launch(argv, how.until, how.timeout, passthrough=how.passthrough,
                             kill_at_end=how.kill_at_end)
             use.stop()
@@ -144,6 +146,7 @@ def run_launch(conn, argv: Sequence[str], prefetch: Prefetch = Prefetch(), how: 
         app_name=app["name"] if app else None, mode=mode, prefetched=ready,
         launch_time_s=(result.end_ns - min(t0, result.start_ns)) / 1e9,
         app_time_s=result.launch_time_s, app_cpu_s=result.cpu_s,
+        host_steal_s=None if None in (result.steal_s, at_fork, steal0) else result.steal_s + at_fork - steal0,
         prebuffer_s=((rp.ready_ns - t0) / 1e9) if rp else 0.0,
         exit_status=result.exit_status, end_reason=result.end_reason,
         output=result.output, notes=notes, replay_stats=stats)
@@ -204,6 +207,7 @@ def _store_launch(conn, app: dict, schedule, outcome: LaunchOutcome, page_use, s
         used_bytes=page_use.used_bytes if page_use else None,
         prefetched_used_bytes=page_use.prefetched_used_bytes if page_use else None, bench_id=store.bench_id,
         details={"app_time_s": outcome.app_time_s, "app_cpu_s": outcome.app_cpu_s,
+                 "host_steal_s": outcome.host_steal_s,
                  "prebuffer_s": outcome.prebuffer_s,
                  "end_reason": outcome.end_reason, "until": str(until), "notes": outcome.notes,
                  "replay": stats, "page_use": outcome.page_use})

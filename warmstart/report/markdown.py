@@ -19,6 +19,10 @@ def _x(v):
     return "–" if v is None else f"{v:.2f}×"
 
 
+def _steal(v):
+    return "" if v is None else f"; {v * 1e3:.0f} ms"
+
+
 def _median(values):
     v = [x for x in values if x is not None]
     return statistics.median(v) if v else None
@@ -163,16 +167,18 @@ def render(doc: dict, command: str = "") -> str:
                   "LB with its CPU halves scaled by that launch's CPU time over the fastest warm launch's "
                   "(docs/algorithms.md), median over the launches. worst hook / cold: the slowest hooked "
                   "launch over the cold median; at its CPU: over the cold launches' median time off the CPU "
-                  "(launch time - the app's CPU time) plus that launch's own CPU time.", "",
+                  "(launch time - the app's CPU time) plus that launch's own CPU time; host steal: the "
+                  "CPU time the hypervisor took from this machine's CPUs during that launch (/proc/stat).", "",
                   "| app | hook / best of reorder, reorder-ours | hook / LB | hook / LB at its CPU | hook / cold "
-                  "| worst hook / cold (at its CPU) | outcomes | run-cli overhead (s) |",
+                  "| worst hook / cold (at its CPU; host steal) | outcomes | run-cli overhead (s) |",
                   "|---|---:|---:|---:|---:|---:|---|---:|"]
         for name, a in doc["results"].items():
             oc = a.get("hook_outcomes") or []
             shown = ", ".join(f"{o} {oc.count(o)}" for o in sorted(set(oc))) or "–"
             lines.append(f"| {name} | {_x(a.get('hook_vs_best_reorder'))} | {_x(a.get('hook_vs_bound'))} | "
                          f"{_x(a.get('hook_vs_bound_at_cpu'))} | {_x(a.get('hook_vs_cold'))} | "
-                         f"{_x(a.get('hook_worst_vs_cold'))} ({_x(a.get('hook_worst_vs_cold_at_cpu'))}) | "
+                         f"{_x(a.get('hook_worst_vs_cold'))} ({_x(a.get('hook_worst_vs_cold_at_cpu'))}"
+                         f"{_steal(a.get('hook_worst_steal_s'))}) | "
                          f"{shown} | {_s(a.get('run_cli_overhead_s'))} |")
         if (doc.get("hook") or {}).get("degraded"):
             lines += [f"- degraded: {k}: {v}" for k, v in doc["hook"]["degraded"].items()]
