@@ -119,24 +119,43 @@ static void count_wchan(struct appwatch *w, pid_t p, pid_t tid)
 	w->wchan[free_slot].n = 1;
 }
 
-/* The run delay of a task (the second field of its schedstat), kept as its latest value. */
-static void note_run_delay(struct appwatch *w, pid_t p, const char *tid)
+/* The run delay of a task (the second field of its schedstat), kept as its latest value; its
+ * run time (the first) is returned, 0 if unreadable. */
+static uint64_t note_run_delay(struct appwatch *w, pid_t p, const char *tid)
 {
 	char path[320], buf[96];
 	snprintf(path, sizeof(path), "/proc/%d/task/%s/schedstat", p, tid);
 	unsigned long long on_cpu, delay;
 	if (read_small(path, buf, sizeof(buf)) <= 0 || sscanf(buf, "%llu %llu", &on_cpu, &delay) != 2)
-		return;
+		return 0;
 	pid_t t = (pid_t)atoi(tid);
 	for (uint32_t i = 0; i < w->runq_tasks; i++)
 		if (w->runq[i].tid == t) {
 			w->runq[i].delay_ns = delay;
-			return;
+			return on_cpu;
 		}
 	if (w->runq_tasks < APPWATCH_RUNQ_TASKS)
 		w->runq[w->runq_tasks++] = (typeof(w->runq[0])){t, delay};
 	else
 		w->runq_full = true;   /* a task it cannot keep: runq_ns is then a lower bound */
+	return on_cpu;
+}
+
+/* The CPU time of the children a process has waited for (cutime + cstime of its stat), in ns. */
+static uint64_t reaped_cpu_ns(pid_t p)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", p);
+	if (read_small(path, buf, sizeof(buf)) <= 0)
+		return 0;
+	const char *q = strrchr(buf, ')');
+	long cu, cs;
+	static long tick_ns;
+	if (!tick_ns)
+		tick_ns = 1000000000l / sysconf(_SC_CLK_TCK);
+	if (!q || sscanf(q + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %ld %ld", &cu, &cs) != 2)
+		return 0;
+	return (uint64_t)(cu + cs) * (uint64_t)tick_ns;
 }
 
 /* One look at every task of every followed process: is one running, is one waiting in D?
@@ -144,6 +163,7 @@ static void note_run_delay(struct appwatch *w, pid_t p, const char *tid)
 static bool sample(struct appwatch *w, bool *running, bool *waiting, pid_t *dp, pid_t *dtid)
 {
 	char path[64], buf[512];
+	uint64_t cpu = 0;
 	*running = *waiting = false;
 	for (uint32_t i = 0; i < w->nprocs;) {
 		snprintf(path, sizeof(path), "/proc/%d/task", w->procs[i]);
@@ -161,7 +181,7 @@ static bool sample(struct appwatch *w, bool *running, bool *waiting, pid_t *dp, 
 			if (read_small(tpath, buf, sizeof(buf)) <= 0)
 				continue;
 			char s = appwatch_state(buf);
-			note_run_delay(w, w->procs[i], de->d_name);
+			cpu += note_run_delay(w, w->procs[i], de->d_name);
 			if (s == 'R')
 				*running = true;
 			else if (s == 'D' && !*waiting) {
@@ -171,8 +191,11 @@ static bool sample(struct appwatch *w, bool *running, bool *waiting, pid_t *dp, 
 			}
 		}
 		closedir(d);
+		cpu += reaped_cpu_ns(w->procs[i]);
 		i++;
 	}
+	if (cpu > w->app_cpu_ns)
+		w->app_cpu_ns = cpu;
 	return w->nprocs > 0;
 }
 
@@ -202,8 +225,10 @@ static void loop(struct appwatch *w)
 		if (!rel)
 			continue;   /* the app is held at its exec (itself a D-state wait): not the disk's */
 		uint64_t now = mono_ns(), cpu0 = cpu_now_ns();
-		if (now - rel > APPWATCH_MAX_NS)
+		if (now - rel > APPWATCH_MAX_NS) {
+			w->capped = true;
 			break;
+		}
 		if (now - w->last_scan_ns >= SCAN_EVERY_NS) {
 			scan_children(w);
 			w->last_scan_ns = now;
@@ -338,12 +363,14 @@ void appwatch_write(FILE *f, const struct appwatch *w)
 		total += w->waited_ns[i];
 	fprintf(f, "\"app_wait\": {\"interval_ns\": %llu, \"samples\": %llu, \"running_samples\": %llu, "
 		"\"waiting_samples\": %llu, \"late_samples\": %llu, \"max_interval_ns\": %llu, \"late_wait_ns\": %llu, \"waited_ns\": %llu, \"first_wait_ns\": %llu, \"last_wait_ns\": %llu, "
-		"\"procs_seen\": %u, \"cpu_ns\": %llu, \"runq_ns\": %llu, \"runq_tasks\": %u, \"runq_full\": %s, \"segments_ns\": [",
+		"\"procs_seen\": %u, \"cpu_ns\": %llu, \"app_cpu_ns\": %llu, \"capped\": %s, \"runq_ns\": %llu, \"runq_tasks\": %u, \"runq_full\": %s, \"segments_ns\": [",
 		APPWATCH_INTERVAL_NS, (unsigned long long)w->samples, (unsigned long long)w->running_samples,
 		(unsigned long long)w->waiting_samples, (unsigned long long)w->late_samples, (unsigned long long)w->max_interval_ns,
 		(unsigned long long)w->late_wait_ns, (unsigned long long)total,
 		(unsigned long long)w->first_wait_ns, (unsigned long long)w->last_wait_ns, w->procs_seen,
-		(unsigned long long)w->cpu_ns, (unsigned long long)w->runq_ns, w->runq_tasks,
+		(unsigned long long)w->cpu_ns, (unsigned long long)w->app_cpu_ns, w->capped ? "true" : "false",
+		(unsigned long long)w->runq_ns,
+		w->runq_tasks,
 		w->runq_full ? "true" : "false");
 	for (uint32_t i = 0; w->waited_ns && i < w->nsegs; i++)
 		fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)w->waited_ns[i]);

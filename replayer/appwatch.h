@@ -12,7 +12,10 @@
  * it was runnable and waited for a CPU, since it started); the last value seen of each, summed,
  * is the time the app waited for a CPU (runq_ns: the replayer, the disk's own work and anything
  * else running beside it), the part of its launch that neither its CPU time nor its waits on the
- * disk account for. Only with --pid: the pidfd's app. */
+ * disk account for. The app's CPU time (app_cpu_ns) is the most any look saw of it: its live
+ * tasks' run times (schedstat's first field) and the CPU of the children its processes reaped
+ * (cutime + cstime, in clock ticks); short of what it ran after the last look (docs/replayer.md
+ * has how far short). Only with --pid: the pidfd's app. */
 #ifndef APPWATCH_H
 #define APPWATCH_H
 
@@ -45,6 +48,8 @@ struct appwatch {
 	uint32_t procs_seen;
 	uint64_t cpu_ns;                     /* the sampling process's own CPU time */
 	uint64_t runq_ns;                    /* the app's tasks' run delays summed (see above) */
+	uint64_t app_cpu_ns;                 /* the app's CPU time, the most a look saw (see above) */
+	bool capped;                         /* stopped at APPWATCH_MAX_NS, the app still running */
 	uint32_t runq_tasks;                 /* tasks counted in it, at most APPWATCH_RUNQ_TASKS */
 	bool runq_full;                      /* more tasks than that were seen: runq_ns is a lower bound */
 	struct { char name[48]; uint32_t n; } wchan[APPWATCH_WCHANS];

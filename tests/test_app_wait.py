@@ -168,7 +168,8 @@ def test_the_watch_counts_the_time_the_app_waited_for_a_cpu(tmp_path):
     a CPU. The app spins 0.2 s of CPU on CPU 0 while another process spins there too: it waits
     about as long as it runs (over 60 % of it), by its own clock (wall - CPU of the spin) and by
     its own schedstat before its exit; the watch counts at least that and no more than the app's whole
-    life's wall time less its CPU time and its 0.3 s sleep."""
+    life's wall time less its CPU time and its 0.3 s sleep. And the app's CPU time (app_cpu_ns),
+    within what it ran after the watch's last look of its CPU time by wait4."""
     require(REPLAY.exists(), "build/warmstart-replay missing: run `make binaries`")
     require(os.path.exists("/proc/self/schedstat"), "needs /proc/PID/schedstat (CONFIG_SCHED_INFO)")
     f = _file(tmp_path / "data", MIB, 68)
@@ -200,6 +201,11 @@ def test_the_watch_counts_the_time_the_app_waited_for_a_cpu(tmp_path):
     assert own["run_delay_s"] >= 0.9 * waited_for_cpu, own
     most = life - (ru.ru_utime + ru.ru_stime) - 0.3
     assert w["runq_tasks"] == 1 and not w["runq_full"] and own["run_delay_s"] - 0.01 <= runq <= most, (w, own, most)
+    # app_cpu_ns: its CPU time as the watch last saw it, short by what it ran after that last look
+    # (its print and exit), never more than its whole CPU time by wait4
+    cpu, seen = ru.ru_utime + ru.ru_stime, w["app_cpu_ns"] / 1e9
+    print(f"CPU: the watch's {seen * 1e3:.1f} ms, wait4's {cpu * 1e3:.1f} ms")
+    assert cpu - 0.03 <= seen <= cpu + 0.002, (seen, cpu, w)
 
 
 def test_the_watch_keeps_the_run_delays_of_256_tasks_and_says_when_there_were_more(tmp_path):

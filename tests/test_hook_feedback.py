@@ -157,6 +157,37 @@ def test_a_launch_without_an_exact_time_is_stored_as_not_timed_and_shown_so(db, 
     assert (a["timed"], a["not_timed"], a["median_s"]) == (2, 2, pytest.approx(0.6)), a
 
 
+def watched(seconds, cpu_s):
+    """A timed launch whose replayer's watch saw the app run cpu_s of CPU and never wait."""
+    s = timed(seconds)
+    s["app_wait"] = {"waited_ns": 0, "segments_ns": [0], "after_ns": 0, "wchan": {}, "runq_ns": 0,
+                     "app_cpu_ns": int(cpu_s * 1e9), "capped": False}
+    return s
+
+
+def test_a_launch_is_compared_with_cold_at_its_own_cpu_time(db):
+    """Plain cold launches of 0.9-1.1 s, each 0.2 s off the CPU (the rest CPU): a hooked launch
+    on a slow CPU spell (1.15 s, 1.05 s of it CPU) is not slow, for it waited less than cold did;
+    a launch on a fast spell that waited longer than cold (0.95 s, 0.6 s CPU: 0.35 s off it) is
+    slow though faster than the cold median. Without its CPU time, or without every cold
+    launch's, the raw times decide as before."""
+    from warmstart.db.launches import insert_launch
+    conn, sid = db
+    app = conn.execute("SELECT id FROM apps WHERE name = 'mail'").fetchone()[0]
+    for t, cpu in ((1.0, 0.8), (1.05, 0.85), (0.95, 0.75), (1.1, 0.9), (0.9, 0.7)):
+        insert_launch(conn, app_id=app, mode="cold", launch_time_s=t, exit_status=0, details={"app_cpu_s": cpu})
+    _, v = judge(conn, sid, watched(1.15, 1.05), HookConfig())
+    assert v["slow"] is False and v["cold_at_cpu_s"] == pytest.approx(1.25), v
+    _, v = judge(conn, sid, watched(0.95, 0.6), HookConfig())
+    assert v["slow"] and v["cold_at_cpu_s"] == pytest.approx(0.8), v
+    assert "not clearly faster than cold at its CPU (0.800 s: 0.200 s off the CPU" in v["reason"], v["reason"]
+    _, v = judge(conn, sid, timed(1.15), HookConfig())                  # no watch: the raw times
+    assert v["slow"] and "cold_at_cpu_s" not in v and "at its CPU" not in v["reason"], v
+    insert_launch(conn, app_id=app, mode="cold", launch_time_s=1.0, exit_status=0, details={})   # no CPU time
+    _, v = judge(conn, sid, watched(1.15, 1.05), HookConfig())
+    assert v["slow"] and "cold_at_cpu_s" not in v, v
+
+
 def test_hook_status_shows_how_long_the_app_waited_on_the_disk_after_its_release(db, tmp_path, monkeypatch):
     """The replayer's app_wait of each launch goes into its verdict (with the time the app waited
     for a CPU, where the replayer counted it); `hook status` shows their medians and where the
@@ -171,13 +202,15 @@ def test_hook_status_shows_how_long_the_app_waited_on_the_disk_after_its_release
         if ms is not None:
             s["app_wait"] = {"waited_ns": ms * 1_000_000, "segments_ns": [0, ms * 400_000],
                              "after_ns": ms * 600_000, "wchan": {where: ms, "other": 2}}
-            if ms != 50:   # the time it waited for a CPU; a replayer from before it has none
-                s["app_wait"]["runq_ns"] = ms * 200_000
+            if ms != 50:   # the time it waited for a CPU and its CPU; a replayer from before has neither
+                s["app_wait"].update(runq_ns=ms * 200_000, app_cpu_ns=ms * 3_000_000, capped=ms == 30)
         _, v = judge(conn, sid, s, HookConfig())
         assert v["app_wait"] == (None if ms is None else {
             "waited_s": pytest.approx(ms / 1000), "segments_s": [0, pytest.approx(ms * 0.0004)],
             "after_s": pytest.approx(ms * 0.0006), "mostly_in": where,
-            "runq_s": None if ms == 50 else pytest.approx(ms * 0.0002)})
+            "runq_s": None if ms == 50 else pytest.approx(ms * 0.0002),
+            # not where the watch stopped before the exit (capped)
+            "cpu_s": pytest.approx(0.03) if ms == 10 else None})
     monkeypatch.setenv("WARMSTART_HOOK_ROOT", str(tmp_path / "hookroot"))
     r = CliRunner().invoke(cli, ["--db", str(tmp_path / "w.db"), "hook", "status"])
     assert r.exit_code == 0, r.output

@@ -4,7 +4,7 @@ sorted passes, the disk half of a launch's lower bound."""
 import json
 import sqlite3
 import time
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from .rows import check, check_all
 
@@ -89,13 +89,15 @@ def latest_hook_schedule(conn: sqlite3.Connection, app_id: int) -> Optional[int]
     return row[0] if row else None
 
 
-def last_cold_launch_times(conn: sqlite3.Connection, app_id: int, limit: int = 5) -> List[float]:
-    """The exact times of the app's latest plain cold launches (mode "cold": caches dropped, not
-    prefetched: `warmstart run --cold`, bench) that succeeded, oldest first."""
-    rows = conn.execute("SELECT launch_time_s FROM launches WHERE app_id = ? AND mode = 'cold'"
+def last_cold_launches(conn: sqlite3.Connection, app_id: int, limit: int = 5) -> List[Tuple[float, Optional[float]]]:
+    """(exact time, the app's CPU time or None) of the app's latest plain cold launches (mode
+    "cold": caches dropped, not prefetched: `warmstart run --cold`, bench) that succeeded,
+    oldest first."""
+    rows = conn.execute("SELECT launch_time_s, json_extract(details_json, '$.app_cpu_s') FROM launches"
+                        " WHERE app_id = ? AND mode = 'cold'"
                         " AND launch_time_s IS NOT NULL AND coalesce(exit_status, 0) = 0"
                         " ORDER BY started_at DESC, id DESC LIMIT ?", (app_id, limit)).fetchall()
-    return [r[0] for r in reversed(rows)]
+    return [(r[0], r[1]) for r in reversed(rows)]
 
 
 def last_launch_id(conn: sqlite3.Connection) -> int:

@@ -15,8 +15,9 @@ exit, over half the schedule was cached before the replay (a warm launch), pages
 schedule were evicted during the launch (cachestat's recently evicted), or less than half of
 what the replay made resident was still there at the exit (the cache was dropped).
 
-The launch's exact time (exec to exit) is compared with the app's cold launches and the
-schedule's t_exp (time_verdict): a launch not clearly faster than cold, or far above t_exp, is
+The launch's exact time (exec to exit) is compared with the app's cold launches (at its own CPU
+time where the replayer's watch and the cold launches have one) and the schedule's t_exp
+(time_verdict): a launch not clearly faster than cold, or far above t_exp, is
 bad too, and never "accurate". A launch without an exact time (the app still running when the
 replayer stopped waiting, no report) is stored with launch_time_s NULL and the reason
 (details "not_timed"): no placeholder ever enters a median, a gain or a history.
@@ -127,7 +128,8 @@ def cold_reference(conn, app_id: int) -> Optional[dict]:
     bench) if it has some: a recording's time includes the tracing overhead (measured on the
     emulated HDD: 2.6 s recorded, 1.9 s plain), which would make any launch look faster; else
     its latest cold recordings."""
-    times = launches.last_cold_launch_times(conn, app_id, COLD_LAUNCHES)
+    cold = launches.last_cold_launches(conn, app_id, COLD_LAUNCHES)
+    times = [t for t, _ in cold]
     source = "plain cold launches"
     if not times:
         app = get_app_by_id(conn, app_id)
@@ -137,31 +139,60 @@ def cold_reference(conn, app_id: int) -> Optional[dict]:
     if not times:
         return None
     med = statistics.median(times)
-    sd = 1.4826 * statistics.median(abs(t - med) for t in times)
-    margin = min(max(CLEAR_SDS * sd, MIN_MARGIN * med), MAX_MARGIN * med)
-    return {"median_s": med, "n": len(times), "margin_s": margin, "source": source}
+    out = {"median_s": med, "n": len(times), "margin_s": _margin(times, med), "source": source}
+    off = [t - c for t, c in cold if c is not None]
+    if off and len(off) == len(cold):   # every one with its CPU time: off the CPU (time_verdict)
+        out.update(off_cpu_median_s=statistics.median(off), off_cpu_sd_s=_sd(off))
+    return out
 
 
-def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float], t_exp_note: str = "") -> dict:
+def _sd(values: List[float]) -> float:
+    """The values' spread: 1.4826 x their median absolute deviation (a standard deviation that
+    one outlier does not move)."""
+    med = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - med) for v in values)
+
+
+def _margin(times: List[float], med: float) -> float:
+    """What a launch must beat cold by: CLEAR_SDS of the cold launches' spread, at least
+    MIN_MARGIN and at most MAX_MARGIN of their median."""
+    return min(max(CLEAR_SDS * _sd(times), MIN_MARGIN * med), MAX_MARGIN * med)
+
+
+def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float], t_exp_note: str = "",
+                 cpu_s: Optional[float] = None) -> dict:
     """The launch's time against cold and against the schedule's t_exp:
-    slow: not clearly faster than cold (launch_s > cold median - margin);
+    slow: not clearly faster than cold (launch_s > cold median - margin); where the launch's CPU
+      time (cpu_s) and every cold launch's are known, cold at its CPU: the cold launches' median
+      time off the CPU (time - CPU time) plus cpu_s, the margin from the spread of those times
+      off the CPU (a prefetch changes the time an app waits, not the CPU it needs; a host whose
+      CPU speed varies moves a CPU-bound app's launch by more than any prefetch does);
     over_t_exp: kept less than half the gain the schedule promised (launch_s > (t_exp + cold) / 2,
     and more than the margin above t_exp). t_exp_note: said after t_exp in the reason."""
     if cold is None:
         return {"slow": None, "over_t_exp": None, "time_reason": "no cold launch to compare with "
                 "(no cold recording or `warmstart run --cold` of the app)"}
     med, margin = cold["median_s"], cold["margin_s"]
-    slow = launch_s > med - margin
+    ref, ref_margin, at_cpu = med, margin, cpu_s is not None and cold.get("off_cpu_median_s") is not None
+    if at_cpu:
+        ref = cold["off_cpu_median_s"] + cpu_s
+        ref_margin = min(max(CLEAR_SDS * cold["off_cpu_sd_s"], MIN_MARGIN * ref), MAX_MARGIN * ref)
+    slow = launch_s > ref - ref_margin
     over = (t_exp is not None and t_exp > 0 and med - t_exp > margin
             and launch_s > (t_exp + med) / 2 and launch_s - t_exp > margin)
     reason = None
-    if slow:
+    if slow and at_cpu:
+        reason = (f"launch {launch_s:.3f} s not clearly faster than cold at its CPU ({ref:.3f} s: "
+                  f"{cold['off_cpu_median_s']:.3f} s off the CPU, median of {cold['n']} {cold.get('source')}, "
+                  f"+ its {cpu_s:.3f} s of CPU; needs {ref_margin:.3f} s less; cold {med:.3f} s)")
+    elif slow:
         reason = (f"launch {launch_s:.3f} s not clearly faster than cold ({med:.3f} s, median of {cold['n']} "
                   f"{cold.get('source', 'cold launches')}; needs {margin:.3f} s less)")
     elif over:
         reason = (f"launch {launch_s:.3f} s far above t_exp {t_exp:.3f} s{t_exp_note} (kept less than half "
                   f"the predicted gain on cold {med:.3f} s)")
-    return {"slow": slow, "over_t_exp": over, "time_reason": reason}
+    return {"slow": slow, "over_t_exp": over, "time_reason": reason,
+            **({"cold_at_cpu_s": ref} if at_cpu else {})}
 
 
 def expected_time(t_exp: Optional[Tuple[float, float]], stats: Optional[dict]) -> Optional[float]:
@@ -183,15 +214,18 @@ def expected_time(t_exp: Optional[Tuple[float, float]], stats: Optional[dict]) -
 def app_wait(stats: Optional[dict]) -> Optional[dict]:
     """When the released app waited on the disk (the replayer's `app_wait`, replayer/appwatch.c):
     seconds in all, per segment the replay was submitting then, after the replay, and the kernel
-    function it waited in most often; and how long it waited for a CPU (runq_s; None from a
-    replayer that did not count it); None where the replayer did not watch (no --pid)."""
+    function it waited in most often; how long it waited for a CPU (runq_s; None from a
+    replayer that did not count it) and its CPU time (cpu_s: the most the watch saw, None where it
+    saw none or stopped before the exit); None where the replayer did not watch (no --pid)."""
     w = (stats or {}).get("app_wait")
     if not w:
         return None
     named = {k: v for k, v in (w.get("wchan") or {}).items() if k != "other"}
     return {"waited_s": w["waited_ns"] / 1e9, "segments_s": [x / 1e9 for x in w.get("segments_ns") or []],
             "after_s": (w.get("after_ns") or 0) / 1e9, "mostly_in": max(named, key=named.get) if named else None,
-            "runq_s": w["runq_ns"] / 1e9 if "runq_ns" in w else None}
+            "runq_s": w["runq_ns"] / 1e9 if "runq_ns" in w else None,
+            # its CPU time, where the watch followed it to its exit (a replayer before 2026-12-03: None)
+            "cpu_s": w["app_cpu_ns"] / 1e9 if w.get("app_cpu_ns") and not w.get("capped") else None}
 
 
 def judged_history(conn, app_id: int, schedule_id: Optional[int] = None) -> List[dict]:
@@ -312,7 +346,8 @@ def judge(conn, event: dict, stats: Optional[dict], cfg, running: Sequence[float
         note = "" if expected is None or abs(expected - stored[0]) < 1e-3 else \
             f" with the metadata step before the first segment as this launch measured it " \
             f"({stats.get('t_meta_prebuffer_ns', stats.get('t_meta_ns', 0)) / 1e9:.3f} s)"
-        verdict.update(time_verdict(launch_s, cold, expected, note), cold=cold)
+        w = verdict["app_wait"]
+        verdict.update(time_verdict(launch_s, cold, expected, note, w and w["cpu_s"]), cold=cold)
         if verdict["slow"] or verdict["over_t_exp"]:
             verdict["reason"] = "; ".join(r for r in (verdict["time_reason"], verdict["reason"]) if r)
             verdict["bad"] = True
