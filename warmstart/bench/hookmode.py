@@ -59,6 +59,7 @@ class HookMode:
         self.made = {}       # app name -> hook launches made so far
         self.serving = {}    # app name -> (the schedule serving it after a repetition, the newest then)
         self.trials = {}     # app name -> the latest segmented-or-whole step (hook/trial.py)
+        self.left = {}       # app name -> the verdict that took it off the prefetch path (stopped, relearn)
 
     def __enter__(self) -> "HookMode":
         from ..hook import manage, service
@@ -176,7 +177,13 @@ class HookMode:
         elif out.output != ref.output:
             self.doc["problems"].append(f"{where}: output differs from the plain run's")
         if outcome not in ("ready", "deadline"):
-            self.doc["problems"].append(f"{where}: not prefetched ({outcome})")
+            if name in self.left:   # what the learner decided: an outcome, not a fault
+                outcome = f"{self.left[name]} by the feedback"
+            else:
+                self.doc["problems"].append(f"{where}: not prefetched ({outcome})")
+        action = ((row["details"].get("feedback") or {}).get("action") if row is not None else None)
+        if action in ("stopped", "relearn"):
+            self.left.setdefault(name, action)
         info.setdefault("hook_outcomes", []).append(outcome)
         self.tick(f"hook {app.name} {i + 1}")
 
