@@ -369,9 +369,7 @@ void appwatch_write(FILE *f, const struct appwatch *w)
 		(unsigned long long)w->late_wait_ns, (unsigned long long)total,
 		(unsigned long long)w->first_wait_ns, (unsigned long long)w->last_wait_ns, w->procs_seen,
 		(unsigned long long)w->cpu_ns, (unsigned long long)w->app_cpu_ns, w->capped ? "true" : "false",
-		(unsigned long long)w->runq_ns,
-		w->runq_tasks,
-		w->runq_full ? "true" : "false");
+		(unsigned long long)w->runq_ns, w->runq_tasks, w->runq_full ? "true" : "false");
 	for (uint32_t i = 0; w->waited_ns && i < w->nsegs; i++)
 		fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)w->waited_ns[i]);
 	fprintf(f, "], \"after_ns\": %llu, \"wchan\": {",

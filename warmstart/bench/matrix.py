@@ -539,7 +539,7 @@ def _vs_bound_at_cpu(rows: list, cut: Optional[float], sp: dict) -> Dict[str, Li
     return out
 
 
-def host_steal_s(row: dict) -> Optional[float]:
+def launch_steal_s(row: dict) -> Optional[float]:
     """The CPU time the hypervisor took from this machine during a launch (launching.host_steal_s,
     all its CPUs), None if not known (rows from before 2026-12-03)."""
     d = row["details"] or {}
@@ -562,7 +562,7 @@ def _hook_vs_cold(rows: list) -> dict:
         return out
     med = _median([r["launch_time_s"] for r in cold])
     worst = max(hook, key=lambda r: r["launch_time_s"])
-    out["hook_worst_vs_cold"], out["hook_worst_steal_s"] = worst["launch_time_s"] / med, host_steal_s(worst)
+    out["hook_worst_vs_cold"], out["hook_worst_steal_s"] = worst["launch_time_s"] / med, launch_steal_s(worst)
     off = [r["launch_time_s"] - launch_cpu_s(r) for r in cold if launch_cpu_s(r)]
     if off:
         off_med = statistics.median(off)

@@ -139,7 +139,7 @@ def cold_reference(conn, app_id: int) -> Optional[dict]:
     if not times:
         return None
     med = statistics.median(times)
-    out = {"median_s": med, "n": len(times), "margin_s": _margin(times, med), "source": source}
+    out = {"median_s": med, "n": len(times), "margin_s": _margin(_sd(times), med), "source": source}
     off = [t - c for t, c in cold if c is not None]
     if off and len(off) == len(cold):   # every one with its CPU time: off the CPU (time_verdict)
         out.update(off_cpu_median_s=statistics.median(off), off_cpu_sd_s=_sd(off))
@@ -153,10 +153,10 @@ def _sd(values: List[float]) -> float:
     return 1.4826 * statistics.median(abs(v - med) for v in values)
 
 
-def _margin(times: List[float], med: float) -> float:
-    """What a launch must beat cold by: CLEAR_SDS of the cold launches' spread, at least
-    MIN_MARGIN and at most MAX_MARGIN of their median."""
-    return min(max(CLEAR_SDS * _sd(times), MIN_MARGIN * med), MAX_MARGIN * med)
+def _margin(sd: float, ref: float) -> float:
+    """What a launch must beat a cold reference ref by: CLEAR_SDS of the cold launches' spread
+    sd, at least MIN_MARGIN and at most MAX_MARGIN of ref."""
+    return min(max(CLEAR_SDS * sd, MIN_MARGIN * ref), MAX_MARGIN * ref)
 
 
 def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float], t_exp_note: str = "",
@@ -176,7 +176,7 @@ def time_verdict(launch_s: float, cold: Optional[dict], t_exp: Optional[float], 
     ref, ref_margin, at_cpu = med, margin, cpu_s is not None and cold.get("off_cpu_median_s") is not None
     if at_cpu:
         ref = cold["off_cpu_median_s"] + cpu_s
-        ref_margin = min(max(CLEAR_SDS * cold["off_cpu_sd_s"], MIN_MARGIN * ref), MAX_MARGIN * ref)
+        ref_margin = _margin(cold["off_cpu_sd_s"], ref)
     slow = launch_s > ref - ref_margin
     over = (t_exp is not None and t_exp > 0 and med - t_exp > margin
             and launch_s > (t_exp + med) / 2 and launch_s - t_exp > margin)
