@@ -412,8 +412,11 @@ def test_a_missed_heartbeat_is_killed_and_logged_with_where_it_waited(live):
     # (no stack in /proc), the watchdog looks again (docs/hook.md):
     # in ten looks 1 ms apart an idle worker is back in its poll.
     poll = POLL_SYSCALLS[os.uname().machine]
+    # (runnable on its way back to user space, past poll's exit: /proc/PID/syscall reads
+    # "running" then, and the stack's top is the exit path; one CI run on a host stealing CPU)
     elsewhere = [(state, call, stack) for state, call, stack in kills if "none" in stack or state not in "RS"
-                 or not ("do_sys_poll" in stack or (state == "R" and call in poll))]
+                 or not ("do_sys_poll" in stack or (state == "R" and call in poll)
+                         or (state == "R" and stack.startswith("exit_to_user_mode_loop") and "do_syscall_64" in stack))]
     assert not elsewhere, (elsewhere, log)
     elapsed, rc = timed_run([app])
     assert rc == 0 and elapsed < 0.5, elapsed
