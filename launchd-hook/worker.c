@@ -52,7 +52,7 @@ struct hold {
 struct launch {
 	pid_t app;          /* 0: slot free */
 	uint64_t starttime; /* of the app's process: a reused pid is another process */
-	uint64_t schedule_id;
+	uint64_t app_key;   /* launch_key: the app whose launch this is */
 };
 
 struct seen {
@@ -377,18 +377,28 @@ static int try_learn(struct worker *w, const struct fanotify_event_metadata *m, 
 	return 1;
 }
 
-static int in_flight(const struct worker *w, pid_t app, uint64_t starttime, uint64_t schedule_id)
+/* Which app an entry launches: its name's hash. Not its schedule id: the index may be replaced
+ * between the wrapper's exec and the app's (the learner switches a trial's schedule, a new
+ * analysis lands) and the app's entry then names another schedule of the same app; that launch
+ * is still in flight (a second replayer would find the first one's pages cached and be stored as
+ * a warm launch of its own). */
+static uint64_t launch_key(const struct worker *w, const struct ws_index_entry *e)
+{
+	return e->name_len ? ws_fnv1a64(ws_index_str(&w->idx, e->name_off), e->name_len) : e->schedule_id;
+}
+
+static int in_flight(const struct worker *w, pid_t app, uint64_t starttime, uint64_t app_key)
 {
 	for (int i = 0; i < MAX_LAUNCHES; i++)
 		if (w->launches[i].app == app && w->launches[i].starttime == starttime &&
-		    w->launches[i].schedule_id == schedule_id)
+		    w->launches[i].app_key == app_key)
 			return 1;
 	return 0;
 }
 
-static void note_launch(struct worker *w, pid_t app, uint64_t starttime, uint64_t schedule_id)
+static void note_launch(struct worker *w, pid_t app, uint64_t starttime, uint64_t app_key)
 {
-	w->launches[w->n_launches++ % MAX_LAUNCHES] = (struct launch){app, starttime, schedule_id};
+	w->launches[w->n_launches++ % MAX_LAUNCHES] = (struct launch){app, starttime, app_key};
 }
 
 /* The index entry this exec of a recorded executable by `uid` matches: its identity, the argv it
@@ -446,7 +456,7 @@ static void hold_for_replayer(struct worker *w, const struct fanotify_event_meta
 		respond(w, m->fd, FAN_ALLOW);
 		return;
 	}
-	note_launch(w, m->pid, starttime, e->schedule_id);
+	note_launch(w, m->pid, starttime, launch_key(w, e));
 	hold_ms = ws_entry_hold_ms(&w->idx, e);
 	w->holds[slot] = (struct hold){.event_fd = m->fd, .notify_fd = nfd, .replayer = rp,
 				       .app = m->pid, .start_ns = t0, .hold_ns = hold_ms * 1000000ull,
@@ -484,7 +494,7 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 		return;
 	}
 	starttime = ws_proc_starttime(m->pid);
-	if (starttime && in_flight(w, m->pid, starttime, e->schedule_id)) {
+	if (starttime && in_flight(w, m->pid, starttime, launch_key(w, e))) {
 		/* the wrapper this process exec'd before (env, chroot) was hooked and decided this
 		 * launch: its replayer is fetching (or done), having held the wrapper's exec */
 		emit_event(w, "\"event\": \"exec-in-flight\", \"schedule_id\": %llu, \"pid\": %d",
@@ -493,7 +503,7 @@ static void handle_exec(struct worker *w, const struct fanotify_event_metadata *
 		return;
 	}
 	if (w->stale[e - w->idx.entries]) {
-		note_launch(w, m->pid, starttime, e->schedule_id);
+		note_launch(w, m->pid, starttime, launch_key(w, e));
 		emit_event(w, "\"event\": \"launch\", \"schedule_id\": %llu, \"pid\": %d, "
 			      "\"outcome\": \"stale\"", (unsigned long long)e->schedule_id, (int)m->pid);
 		respond(w, m->fd, FAN_ALLOW);

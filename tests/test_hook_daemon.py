@@ -145,6 +145,18 @@ def spawn_exec(path):
     return subprocess.Popen(["/bin/sh", "-c", 'exec "$0"', str(path)])
 
 
+def replayers(schedule: bytes) -> list:
+    """The pids of the (fake) replayers of that schedule file running now."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and schedule in (d / "cmdline").read_bytes():
+                out.append(int(d.name))
+        except OSError:
+            pass
+    return out
+
+
 def timed_run(argv, timeout=10.0):
     t0 = time.monotonic()
     r = subprocess.run([str(a) for a in argv], timeout=timeout)
@@ -228,6 +240,35 @@ def test_argv_signature_picks_the_script(live):
     assert rc1 == rc2 == 0
     assert held >= 0.28 and other < 0.25, (held, other)
     assert [r["outcome"] for r in live.records("launch")] == ["ready"]
+
+
+def test_an_index_replaced_between_the_wrappers_exec_and_the_apps_is_one_launch(live):
+    """A chrooted launch is decided at the wrapper's exec (docs/hook.md, "Chrooted launches"); if
+    the index is replaced while that exec is held and the app's entry then names another schedule
+    of the same app (the learner's segmented-or-whole trial switching, a new analysis), the app's
+    own exec in the same process is still that launch: one launch record, one exec-in-flight.
+    Keyed by schedule id it got a second replayer, stored as a warm launch of its own."""
+    import dataclasses
+    wrap, app = live.app("wrap", "/bin/sh"), live.app("app")
+    launcher = dataclasses.replace(live.entry(wrap, delay="1.0"), name="app", launcher=True)
+    target = dataclasses.replace(live.entry(app, delay="0.3"), name="app")
+    live.write(launcher, target)
+    live.start()
+    loads = lambda: live.log.read_text().count(" entries")  # noqa: E731  (one line per index load)
+    before = loads()
+    p = subprocess.Popen(["/bin/sh", "-c", 'exec "$0" -c "exec $1"', str(wrap), str(app)])
+    deadline = time.monotonic() + 5
+    while not replayers(launcher.schedule) and time.monotonic() < deadline:   # the wrapper's exec is held
+        time.sleep(0.01)
+    assert replayers(launcher.schedule) and p.poll() is None, live.records()
+    live.write(dataclasses.replace(launcher, schedule_id=3), dataclasses.replace(target, schedule_id=4))
+    while loads() == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert loads() > before, live.log.read_text()
+    assert p.wait(10) == 0
+    launches, in_flight = live.records("launch"), live.records("exec-in-flight")
+    assert [(r["schedule_id"], r["outcome"]) for r in launches] == [(1, "ready")], live.records()
+    assert [r["pid"] for r in in_flight] == [p.pid], live.records()
 
 
 def test_argv_signatures_of_execs_started_at_once(live):
