@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from ..db.recordings import (get_app, get_recording, latest_ok_recording_id, lis
 from ..db.schedules import activate_schedule, list_schedules
 from ..errors import WarmstartError
 from ..hook import manage as hook_manage
+from ..hook.feedback import summarize_cold
 from ..launching import parse_until
 from ..paths import helper_binary
 from ..recorder.coldcache import drop_caches
@@ -560,13 +560,13 @@ def _hook_vs_cold(rows: list) -> dict:
            "hook_slow_at_end": 0}
     if not cold or not hook:
         return out
-    med = _median([r["launch_time_s"] for r in cold])
+    ref = summarize_cold([(r["launch_time_s"], launch_cpu_s(r)) for r in cold], "bench cold launches")
+    med = ref["median_s"]
     worst = max(hook, key=lambda r: r["launch_time_s"])
     out["hook_worst_vs_cold"], out["hook_worst_steal_s"] = worst["launch_time_s"] / med, launch_steal_s(worst)
-    off = [r["launch_time_s"] - launch_cpu_s(r) for r in cold if launch_cpu_s(r)]
-    if off:
-        off_med = statistics.median(off)
-        at_cpu = [stats.ratio(r["launch_time_s"], off_med + launch_cpu_s(r)) for r in hook if launch_cpu_s(r)]
+    if "off_cpu_median_s" in ref:
+        at_cpu = [stats.ratio(r["launch_time_s"], ref["off_cpu_median_s"] + launch_cpu_s(r))
+                  for r in hook if launch_cpu_s(r) is not None]
         out["hook_worst_vs_cold_at_cpu"] = max((x for x in at_cpu if x is not None), default=None)
     for r in reversed(hook):
         if r["launch_time_s"] <= med:
@@ -688,11 +688,6 @@ def _host_block(fs_dev: int) -> str:
                             os.path.exists(os.path.join(part, "partition")) else part)
 
 
-def _median(values):
-    v = sorted(x for x in values if x is not None)
-    return v[len(v) // 2] if v else None
-
-
 def _t_exp(conn, sched_id: Optional[int]) -> Optional[float]:
     from ..db.schedules import load_schedule
     sched = load_schedule(conn, sched_id) if sched_id else None
@@ -728,8 +723,8 @@ def results(conn, bench_id: str, doc: dict) -> dict:
             "segmented_paper_vs_reorder": stats.ratio(m.get("segmented-paper"), m.get("reorder")),
             "segmented_vs_bound": stats.ratio(m.get("segmented"), lb),
             "hook_vs_bound": stats.ratio(m.get("hook"), lb),
-            "segmented_vs_bound_at_cpu": _median(at_cpu.get("segmented", [])),
-            "hook_vs_bound_at_cpu": _median(at_cpu.get("hook", [])),
+            "segmented_vs_bound_at_cpu": stats.median(at_cpu.get("segmented", [])),
+            "hook_vs_bound_at_cpu": stats.median(at_cpu.get("hook", [])),
             # the bound's check: no launch that prefetched below its LB at its CPU
             "prefetched_min_vs_bound_at_cpu": min((x for v in at_cpu.values() for x in v), default=None),
             "reorder_ours_vs_bound": stats.ratio(m.get("reorder-ours"), lb),
@@ -739,7 +734,7 @@ def results(conn, bench_id: str, doc: dict) -> dict:
             "hook_vs_best_reorder": stats.ratio(m.get("hook"), min(
                 [x for x in (m.get("reorder"), m.get("reorder-ours")) if x is not None], default=None)),
             "hook_vs_cold": stats.ratio(m.get("hook"), m.get("cold")),
-            "run_cli_overhead_s": _median([(r["details"] or {}).get("startup_overhead_s") for r in rows
+            "run_cli_overhead_s": stats.median([(r["details"] or {}).get("startup_overhead_s") for r in rows
                                            if r["app"] == s["app"] and r["mode"] == "run-cli"]),
             "hook_outcomes": info.get("hook_outcomes"),
             **_hook_vs_cold([r for r in rows if r["app"] == s["app"]]),

@@ -15,7 +15,6 @@ the prefetch plus those of the app's own reads the prefetch missed.
 """
 
 import os
-import statistics
 import time
 from typing import Callable, Optional
 
@@ -134,9 +133,9 @@ def results(conn, bench_id: str, doc: dict) -> dict:
     for base, methods in sorted(by.items()):
         t = {m: stats.spread(r["launch_time_s"] for r in rs) for m, rs in methods.items()}
         med = {m: s.median for m, s in t.items() if s}
-        seeks = {m: _median([(r["details"].get("disk_stats") or {}).get("seeks") for r in rs])
+        seeks = {m: stats.median([(r["details"].get("disk_stats") or {}).get("seeks") for r in rs])
                  for m, rs in methods.items()}
-        ranges = {m: _median([(r["details"].get("replay") or {}).get("ranges_fetched") for r in rs])
+        ranges = {m: stats.median([(r["details"].get("replay") or {}).get("ranges_fetched") for r in rs])
                   for m, rs in methods.items()}
         keep = ("cold", "reorder", "segmented", "reorder-relocated", "segmented-relocated",
                 "segmented-one-relocated")
@@ -153,11 +152,6 @@ def results(conn, bench_id: str, doc: dict) -> dict:
     return {"apps": per_app, "targets": targets(per_app)}
 
 
-def _median(values) -> Optional[float]:
-    v = [x for x in values if x is not None]
-    return statistics.median(v) if v else None
-
-
 def _drop(before: Optional[float], after: Optional[float]) -> Optional[float]:
     """before / after; an after of 0 seeks counts as 1, so the factor stays finite (a lower bound)."""
     if before is None or after is None:
@@ -169,9 +163,9 @@ def targets(per_app: dict) -> list:
     """Issue 9's "done when" bars: (criterion, measured, bar, met?)."""
     col = lambda k: [a[k] for a in per_app.values() if a[k] is not None]  # noqa: E731
     rows = [
-        ("segmented after ≤ 0.5 × reorder before (median over apps)", _median(col("seg_after_vs_reorder_before")),
+        ("segmented after ≤ 0.5 × reorder before (median over apps)", stats.median(col("seg_after_vs_reorder_before")),
          0.5, lambda v: v <= 0.5),
-        ("seeks of a segmented launch drop ≥ 5× (median over apps)", _median(col("seek_drop_segmented")),
+        ("seeks of a segmented launch drop ≥ 5× (median over apps)", stats.median(col("seek_drop_segmented")),
          5.0, lambda v: v >= 5.0),
         ("seeks drop ≥ 5× for every app (smallest drop)", min(col("seek_drop_segmented"), default=None),
          5.0, lambda v: v >= 5.0),

@@ -13,8 +13,7 @@ ratio over apps among those that slow no app by more than 3 %; else the lowest m
 over apps of launch/cold ≤ 0.85 and no app's ratio above 1.03.
 """
 
-import statistics
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 from ..db import launches as launches_db
 from ..db.recordings import upsert_app
@@ -69,11 +68,6 @@ def run_unknown(conn, cfg, dut, doc: dict, bench_id: str, apps, until, make_cold
     return {"mechanisms": list(MECHS), "modes": [mode_of(m) for m in MECHS]}
 
 
-def _median(values) -> Optional[float]:
-    v = [x for x in values if x is not None]
-    return statistics.median(v) if v else None
-
-
 def results(conn, bench_id: str) -> dict:
     """Per app and mechanism: time spread, ratio to cold, accuracy, waste (medians over reps,
     also per mechanism of the union); then the targets."""
@@ -91,15 +85,15 @@ def results(conn, bench_id: str) -> dict:
             s = stats.spread(x[0] for x in ok)
             if s:
                 a["times"][mode] = s.as_dict()
-            a["accuracy"][mode] = _median(x[2].get("accuracy") for x in ok)
-            a["waste"][mode] = _median(x[2].get("waste") for x in ok)
+            a["accuracy"][mode] = stats.median(x[2].get("accuracy") for x in ok)
+            a["waste"][mode] = stats.median(x[2].get("waste") for x in ok)
             parts = {}
             for _, _, d in ok:
                 for src, v in (d.get("by_mechanism") or {}).items():
                     parts.setdefault(src, []).append(v)
             a["by_mechanism"][mode] = {src: {
-                "prefetched_pages": _median(v["prefetched_pages"] for v in vs),
-                "prefetched_used_pages": _median(v["prefetched_used_pages"] for v in vs)} for src, vs in parts.items()}
+                "prefetched_pages": stats.median(v["prefetched_pages"] for v in vs),
+                "prefetched_used_pages": stats.median(v["prefetched_used_pages"] for v in vs)} for src, vs in parts.items()}
             kills = [(d.get("copy") or {}).get("killed_reason") for _, _, d in ok if d.get("copy")]
             if kills:
                 a["copy_killed"][mode] = {k or "exited": kills.count(k) for k in set(kills)}
@@ -116,7 +110,7 @@ def targets(per_app: dict) -> dict:
     for mech in MECHS[1:]:
         r = [a["ratio"].get(mode_of(mech)) for a in per_app.values()]
         r = [x for x in r if x is not None]
-        per_mech[mech] = {"median_ratio": _median(r), "worst_ratio": max(r) if r else None, "apps": len(r)}
+        per_mech[mech] = {"median_ratio": stats.median(r), "worst_ratio": max(r) if r else None, "apps": len(r)}
     measured = [m for m in per_mech if per_mech[m]["median_ratio"] is not None]
     safe = [m for m in measured if per_mech[m]["worst_ratio"] <= TARGET_WORST]
     chosen = min(safe or measured, key=lambda m: per_mech[m]["median_ratio"], default=None)

@@ -129,19 +129,24 @@ def cold_reference(conn, app_id: int) -> Optional[dict]:
     emulated HDD: 2.6 s recorded, 1.9 s plain), which would make any launch look faster; else
     its latest cold recordings."""
     cold = launches.last_cold_launches(conn, app_id, COLD_LAUNCHES)
+    if cold:
+        return summarize_cold(cold, "plain cold launches")
+    app = get_app_by_id(conn, app_id)
+    return summarize_cold([(r["launch_time_s"], None) for r in cold_recordings(conn, [app["name"]])
+                           if r["launch_time_s"]][-COLD_LAUNCHES:], "cold recordings")
+
+
+def summarize_cold(cold: Sequence[Tuple[float, Optional[float]]], source: str) -> Optional[dict]:
+    """cold_reference's figures from cold launches as (launch time, the app's CPU time or None):
+    their median, the margin, and where every one has its CPU time, the median and spread of
+    their times off the CPU (time_verdict); None without any."""
     times = [t for t, _ in cold]
-    source = "plain cold launches"
-    if not times:
-        app = get_app_by_id(conn, app_id)
-        times = [r["launch_time_s"] for r in cold_recordings(conn, [app["name"]])
-                 if r["launch_time_s"]][-COLD_LAUNCHES:]
-        source = "cold recordings"
     if not times:
         return None
     med = statistics.median(times)
     out = {"median_s": med, "n": len(times), "margin_s": _margin(_sd(times), med), "source": source}
     off = [t - c for t, c in cold if c is not None]
-    if off and len(off) == len(cold):   # every one with its CPU time: off the CPU (time_verdict)
+    if off and len(off) == len(cold):
         out.update(off_cpu_median_s=statistics.median(off), off_cpu_sd_s=_sd(off))
     return out
 

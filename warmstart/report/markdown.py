@@ -1,11 +1,11 @@
 """docs/benchmarks.md, generated from one bench run's JSON document (never hand-written numbers)."""
 
-import statistics
 import time
 from pathlib import Path
 
 from ..errors import WarmstartError
 from ..hook.trial import describe
+from . import stats
 
 COLUMNS = ("cold", "cold-traced", "interleave", "reorder", "reorder-ours", "segmented-paper", "segmented", "hook",
            "run-cli", "warm")
@@ -23,11 +23,6 @@ def _steal(v):
     return "" if v is None else f"; {v * 1e3:.0f} ms"
 
 
-def _median(values):
-    v = [x for x in values if x is not None]
-    return statistics.median(v) if v else None
-
-
 def _modelled(app: dict) -> bool:
     """Was one of the app's sorted passes estimated from the profile (node refused O_DIRECT)?"""
     return any((app.get(k) or {}).get("modelled") for k in ("raw_pass", "schedule_pass", "sorted_pass"))
@@ -36,7 +31,7 @@ def _modelled(app: dict) -> bool:
 def targets(doc: dict) -> list:
     """The issue's "done when" bars for this disk, each (criterion, measured, pass?)."""
     r = list(doc["results"].values())
-    med = lambda key: _median(a.get(key) for a in r)  # noqa: E731
+    med = lambda key: stats.median(a.get(key) for a in r)  # noqa: E731
     checks = []
     kind = doc.get("disk_kind", doc["disk"])
     if kind == "hdd7200":

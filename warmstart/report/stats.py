@@ -35,6 +35,13 @@ def spread(values: Iterable[float]) -> Optional[Spread]:
     return Spread(n=len(v), median=statistics.median(v), min=min(v), max=max(v))
 
 
+def median(values: Iterable[Optional[float]]) -> Optional[float]:
+    """The median of the values that are not None (the mean of the middle two of an even count),
+    None if there are none."""
+    v = [x for x in values if x is not None]
+    return statistics.median(v) if v else None
+
+
 def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     """a / b, None when either is missing or b is not positive."""
     if a is None or b is None or b <= 0:
