@@ -30,7 +30,16 @@
  * directories and the files with ranges (btrfs without places: 152 such names cost the step 0.35
  * s in front against 0.80 s mixed into the one inode order). An XFS directory's blocks are
  * allocated near its inode. One pass, not level by level from "/" (each level a sweep of its
- * own): XFS vim 179 ms instead of 262, python 320 instead of 410. One request at a time: the
+ * own): XFS vim 179 ms instead of 262, python 320 instead of 410. But one pass in place order
+ * visits an entry before its directory wherever the directory's place is higher, and the lookup
+ * then reads every directory on its path first, wherever it lies: on XFS, whose rotor puts each
+ * directory (inode and blocks) in another allocation group, the step jumped between the groups
+ * for each path's ancestors. An entry marked WSR_FILE_AFTER_DIR (XFS: FileSystem.step_sweeps)
+ * whose directory is in the share and not warmed yet waits for the next sweep up the places
+ * (fsmeta_order): on the emulated hdd7200 the bench apps' steps 0-125 ms shorter (packaged
+ * perl 329 -> 219 ms, random python 663 -> 539), but node's 6-30 ms longer; on btrfs, whose
+ * places already model a lookup's reads (Btrfs.step_order), vim's step grew 199 -> 231 ms so,
+ * and it keeps the one pass (docs/replayer.md, "Sweeps"). One request at a time: the
  * reads a lookup makes are synchronous, and many threads issuing them at once reached the disk
  * in no useful order (32 threads: vim's launch 0.70 s, one: 0.62 s
  * on the emulated hdd7200, which serves requests in arrival order).
@@ -55,7 +64,12 @@ struct fsmeta_item {
 	uint32_t seg;     /* FILE.step_segment: warmed just before this segment's ranges */
 	uint32_t later;   /* 0: a file looked up only; 1: a directory, or a file with ranges */
 	uint64_t dev, pos, ino;   /* pos: where its lookup reads its inode (FILE.meta_pos), 0: not known */
+	uint32_t parent;  /* index into items[] of the directory it is looked up in; NO_PARENT: none there */
+	bool after_dir;   /* WSR_FILE_AFTER_DIR: warmed only after that directory */
+	bool done;
 };
+
+#define NO_PARENT UINT32_MAX
 
 static int cmp_u64(uint64_t a, uint64_t b)
 {
@@ -157,6 +171,65 @@ static void warm_ranged(uint32_t no, const uint64_t *offsets, uint32_t n, fsmeta
 	}
 }
 
+static const struct fsmeta_pass *sort_pass;
+
+static int path_cmp(const char *a, uint32_t na, const char *b, uint32_t nb)
+{
+	int c = memcmp(a, b, na < nb ? na : nb);
+	return c ? c : (na > nb) - (na < nb);
+}
+
+/* The pass's directories, by path. */
+static int by_path(const void *pa, const void *pb)
+{
+	const struct wsr_file *a = &sort_pass->s->files[sort_pass->items[*(const uint32_t *)pa].no];
+	const struct wsr_file *b = &sort_pass->s->files[sort_pass->items[*(const uint32_t *)pb].no];
+	return path_cmp(a->path, a->path_len, b->path, b->path_len);
+}
+
+/* Each item's parent: the directory entry of the pass whose path is its own up to the last "/"
+ * ("/" for a name in the root), found by binary search among the directories sorted by path. */
+static int find_parents(struct fsmeta_pass *p)
+{
+	const struct wsr_file *files = p->s->files;
+	uint32_t *dirs = malloc((p->n ? p->n : 1) * sizeof(*dirs)), nd = 0;
+	if (!dirs)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < p->n; i++)
+		if (files[p->items[i].no].kind == WSR_KIND_DIR)
+			dirs[nd++] = i;
+	sort_pass = p;
+	qsort(dirs, nd, sizeof(*dirs), by_path);
+	for (uint32_t i = 0; i < p->n; i++) {
+		const struct wsr_file *f = &files[p->items[i].no];
+		uint32_t len = f->path_len;
+		while (len > 0 && f->path[len - 1] == '/')
+			len--;                       /* a trailing "/" names the directory itself */
+		while (len > 0 && f->path[len - 1] != '/')
+			len--;                       /* its last component */
+		uint32_t plen = len > 1 ? len - 1 : len;   /* "/a/b" -> "/a"; "/a" -> "/" */
+		p->items[i].parent = NO_PARENT;
+		if (plen == 0 || plen >= f->path_len)
+			continue;                    /* "/" itself, or not an absolute path */
+		uint32_t lo = 0, hi = nd;
+		while (lo < hi) {
+			uint32_t mid = (lo + hi) / 2;
+			const struct wsr_file *d = &files[p->items[dirs[mid]].no];
+			int c = path_cmp(d->path, d->path_len, f->path, plen);
+			if (c == 0) {
+				p->items[i].parent = dirs[mid];
+				break;
+			}
+			if (c < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+	}
+	free(dirs);
+	return 0;
+}
+
 int fsmeta_plan(const struct wsr_schedule *s, struct fsmeta_pass *p)
 {
 	*p = (struct fsmeta_pass){ .s = s };
@@ -166,10 +239,11 @@ int fsmeta_plan(const struct wsr_schedule *s, struct fsmeta_pass *p)
 	if (!nmarked)
 		return 0;
 	p->items = malloc(s->nfiles * sizeof(*p->items));
+	p->order = malloc(s->nfiles * sizeof(*p->order));
 	/* each file's range offsets, grouped by file (first[no] .. first[no + 1]) */
 	p->first = calloc((size_t)s->nfiles + 1, sizeof(*p->first));
 	p->offsets = malloc((s->nranges ? s->nranges : 1) * sizeof(*p->offsets));
-	if (!p->items || !p->first || !p->offsets) {
+	if (!p->items || !p->order || !p->first || !p->offsets) {
 		fsmeta_free(p);
 		return -ENOMEM;
 	}
@@ -189,8 +263,14 @@ int fsmeta_plan(const struct wsr_schedule *s, struct fsmeta_pass *p)
 		if (in_pass(&s->files[i]))
 			p->items[p->n++] = (struct fsmeta_item){ i, s->files[i].step_segment,
 								 !(marked(&s->files[i]) && first[i + 1] == first[i]),
-								 s->files[i].dev, s->files[i].meta_pos, s->files[i].ino };
+								 s->files[i].dev, s->files[i].meta_pos, s->files[i].ino,
+								 NO_PARENT, (s->files[i].flags & WSR_FILE_AFTER_DIR) != 0, false };
 	qsort(p->items, p->n, sizeof(*p->items), by_place);
+	int rc = find_parents(p);
+	if (rc) {
+		fsmeta_free(p);
+		return rc;
+	}
 	for (uint32_t i = 0; i < s->nfiles; i++)
 		if (first[i + 1] > first[i])
 			qsort(p->offsets + first[i], first[i + 1] - first[i], sizeof(*p->offsets), by_u64);
@@ -202,29 +282,66 @@ bool fsmeta_pending(const struct fsmeta_pass *p, uint32_t seg)
 	return p->next < p->n && p->items[p->next].seg <= seg;
 }
 
+/* Whether an entry waits for its directory: it is marked WSR_FILE_AFTER_DIR, its place is known
+ * and its directory, an entry of this share (items[.. end)), is not warmed yet. */
+static bool waits(const struct fsmeta_pass *p, const struct fsmeta_item *it, uint32_t end)
+{
+	return it->after_dir && it->pos && it->parent < end && !p->items[it->parent].done;
+}
+
+uint32_t fsmeta_order(struct fsmeta_pass *p, uint32_t seg, uint32_t *out)
+{
+	uint32_t from = p->next, end = from, n = 0;
+	while (end < p->n && p->items[end].seg <= seg)
+		end++;
+	/* Sweeps up the share's order (its places): each entry is taken once its directory has
+	 * been, else left to a later sweep; a sweep that takes nothing ends the waiting (it cannot
+	 * happen with the export's paths, but a reader must not loop on a bad file). */
+	for (bool left = true, progress = true; left;) {
+		bool last = !progress;
+		left = progress = false;
+		for (uint32_t i = from; i < end; i++) {
+			struct fsmeta_item *it = &p->items[i];
+			if (it->done)
+				continue;
+			if (!last && waits(p, it, end)) {
+				left = true;
+				continue;
+			}
+			it->done = true;
+			out[n++] = it->no;
+			progress = true;
+		}
+	}
+	p->next = end;
+	return n;
+}
+
 uint32_t fsmeta_warm(struct fsmeta_pass *p, uint32_t seg, fsmeta_open_fn open_file, void *ctx,
 		     struct fsmeta_stats *st)
 {
 	const struct wsr_schedule *s = p->s;
-	uint32_t from = p->next;
 	uint64_t t0 = mono_ns();
-	for (; fsmeta_pending(p, seg); p->next++) {
-		uint32_t no = p->items[p->next].no, nr = p->first[no + 1] - p->first[no];
+	uint32_t n = fsmeta_order(p, seg, p->order);
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t no = p->order[k], nr = p->first[no + 1] - p->first[no];
 		if (marked(&s->files[no]) && nr)
 			warm_ranged(no, p->offsets + p->first[no], nr, open_file, ctx, st);
 		else
 			warm_one(&s->files[no], st);
 	}
 	st->pass_ns += mono_ns() - t0;
-	return p->next - from;
+	return n;
 }
 
 void fsmeta_free(struct fsmeta_pass *p)
 {
 	free(p->items);
+	free(p->order);
 	free(p->first);
 	free(p->offsets);
 	p->items = NULL;
+	p->order = NULL;
 	p->first = NULL;
 	p->offsets = NULL;
 	p->n = p->next = 0;

@@ -32,7 +32,8 @@ typedef int (*fsmeta_open_fn)(void *ctx, uint32_t no);
 struct fsmeta_pass {
 	const struct wsr_schedule *s;
 	struct fsmeta_item *items;
-	uint32_t n, next;        /* entries; the first not yet warmed */
+	uint32_t *order;         /* a share's entries (file numbers) in the order warmed (fsmeta_order) */
+	uint32_t n, next;        /* entries; the first of the next share */
 	uint32_t *first;         /* file no -> its range offsets: offsets[first[no] .. first[no + 1]) */
 	uint64_t *offsets;
 };
@@ -43,8 +44,15 @@ int fsmeta_plan(const struct wsr_schedule *s, struct fsmeta_pass *p);
 /* Whether entries of step segment <= seg are left to warm. */
 bool fsmeta_pending(const struct fsmeta_pass *p, uint32_t seg);
 
-/* Warms, in the pass's order, every entry left whose step segment is <= seg: a directory flagged
- * WSR_FILE_LIST_DIR read to its end (getdents), every other one looked up (O_PATH); a marked file
+/* The order in which the share of step segment <= seg is warmed: its entries' file numbers
+ * (indices into files[]) written to out (room for n), the entries taken from the pass; returns
+ * how many. The share in place order, sweep after sweep: an entry marked WSR_FILE_AFTER_DIR whose
+ * place is known waits for the next sweep while its directory, an entry of the share, is not
+ * warmed yet. */
+uint32_t fsmeta_order(struct fsmeta_pass *p, uint32_t seg, uint32_t *out);
+
+/* Warms, in fsmeta_order's order, every entry left whose step segment is <= seg: a directory
+ * flagged WSR_FILE_LIST_DIR read to its end (getdents), every other one looked up (O_PATH); a marked file
  * with ranges opened through open_file (the fd kept for the data) and each range's start sought
  * with SEEK_DATA, one without ranges looked up. Adds its time to st->pass_ns; returns how many
  * entries it warmed. */

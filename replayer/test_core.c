@@ -85,6 +85,45 @@ static void test_fsmeta_by_segment(void)
 	fsmeta_free(&p);
 }
 
+/* Within a share the step goes up the places, sweep after sweep: an entry whose directory is in
+ * the pass and not warmed yet waits for the next sweep (its lookup would read that directory
+ * first, wherever it lies); one whose directory comes only in a later share is not held up. */
+static void test_fsmeta_sweeps(void)
+{
+#define D(p, pos) { .path = p, .path_len = sizeof(p) - 1, .kind = WSR_KIND_DIR, .flags = WSR_FILE_AFTER_DIR, .meta_pos = pos }
+#define F(p, pos, seg) { .path = p, .path_len = sizeof(p) - 1, .kind = WSR_KIND_FILE, \
+			 .flags = WSR_FILE_WARM_META | WSR_FILE_AFTER_DIR, .meta_pos = pos, .step_segment = seg }
+	struct wsr_file f[] = {
+		D("/a/b", 10), D("/", 20), F("/c/g", 30, 0), D("/a", 50), D("/c", 60), F("/a/b/f", 70, 0),
+		F("/d/e", 5, 0), { .path = "/d", .path_len = 2, .kind = WSR_KIND_DIR, .meta_pos = 1, .step_segment = 1 },
+	};
+#undef D
+#undef F
+	struct wsr_segment g[2] = { { 1, 0, 0, 0, 0 }, { 2, 0, 0, 0, 0 } };
+	struct wsr_schedule s = { .nfiles = 8, .nsegments = 2, .files = f, .segments = g };
+	struct fsmeta_pass p;
+	uint32_t out[8], n;
+	const char *want[] = { "/d/e", "/", "/a", "/c", "/a/b", "/c/g", "/a/b/f" };
+
+	CHECK(fsmeta_plan(&s, &p) == 0 && p.n == 8, "eight entries in the pass");
+	n = fsmeta_order(&p, 0, out);
+	bool same = n == 7;
+	for (uint32_t k = 0; same && k < n; k++) {
+		const struct wsr_file *e = &f[out[k]];
+		same = e->path_len == strlen(want[k]) && !memcmp(e->path, want[k], e->path_len);
+	}
+	CHECK(same, "segment 1's share: each directory before what is looked up in it, in place order sweep after sweep");
+	CHECK(fsmeta_order(&p, 1, out) == 1 && out[0] == 7, "then segment 2's");
+	fsmeta_free(&p);
+
+	for (uint32_t i = 0; i < 8; i++)
+		f[i].flags &= ~(uint32_t)WSR_FILE_AFTER_DIR;
+	const uint32_t by_place[] = { 6, 0, 1, 2, 3, 4, 5 };
+	CHECK(fsmeta_plan(&s, &p) == 0 && fsmeta_order(&p, 0, out) == 7 && !memcmp(out, by_place, sizeof(by_place)),
+	      "without WSR_FILE_AFTER_DIR: place order, each lookup reading its directories where it needs them");
+	fsmeta_free(&p);
+}
+
 static void test_pressure(void)
 {
 	struct pressure p;
@@ -192,6 +231,7 @@ int main(void)
 	test_plan();
 	test_appwatch_state();
 	test_fsmeta_by_segment();
+	test_fsmeta_sweeps();
 	test_pressure();
 	test_residency();
 	test_path_open();

@@ -20,7 +20,8 @@ VERSION = 4                    # 2: FILE.flags (was padding); 3: FILE.meta_pos; 
 KIND_FILE, KIND_BLOCKDEV, KIND_DIR = 0, 1, 2
 FILE_WARM_META = 1             # FILE.flags of a regular file: warm its metadata through the file system
 FILE_LIST_DIR = 2              # FILE.flags of a directory: the metadata step reads it whole
-FILE_FLAGS = FILE_WARM_META | FILE_LIST_DIR    # every flag a reader knows; others are refused
+FILE_AFTER_DIR = 4             # FILE.flags of a file or directory: the step warms it after its directory
+FILE_FLAGS = FILE_WARM_META | FILE_LIST_DIR | FILE_AFTER_DIR    # every flag a reader knows; others are refused
 MAX_FILES = 1 << 20            # reader limits: a file claiming more is refused
 MAX_RANGES = 1 << 22
 MAX_PATH = 4095                # bytes; a longer path is refused
@@ -48,7 +49,7 @@ FILE = Record("FILE", 64,
               Field("path_len", "I"),
               Field("kind", "I", "WSR_KIND_*"),
               Field("flags", "I", "WSR_FILE_* bits (WSR_FILE_WARM_META only on a regular file, "
-                                  "WSR_FILE_LIST_DIR only on a directory)"),
+                                  "WSR_FILE_LIST_DIR only on a directory, WSR_FILE_AFTER_DIR on either)"),
               Field("meta_pos", "Q", "of a file or directory: its order in the metadata step, the byte "
                                      "offset on its file system's device of the inode its lookup reads "
                                      "(XFS, btrfs; btrfs's files raised by 2^56 where its directories go "
@@ -84,6 +85,9 @@ FORMAT = Format("wsr", "WSR", __doc__.split("\n\n")[0],
                                         "their metadata is not in the block device's cache; warmstart/fs/metadata.py)"),
                  "WSR_FILE_LIST_DIR": (FILE_LIST_DIR, "the metadata step reads this directory whole "
                                        "(getdents), not only the lookups through it"),
+                 "WSR_FILE_AFTER_DIR": (FILE_AFTER_DIR, "the metadata step warms this entry only after "
+                                        "its directory's entry, in a later sweep up the meta_pos order "
+                                        "where that directory comes after it (XFS: FileSystem.step_sweeps)"),
                  "WSR_FILE_FLAGS": (FILE_FLAGS, "every flag known; a file with others is refused"),
                  "WSR_MAX_FILES": (MAX_FILES, "reader limits: more is refused"), "WSR_MAX_RANGES": MAX_RANGES,
                  "WSR_MAX_PATH": (MAX_PATH, "bytes")},

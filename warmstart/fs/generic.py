@@ -24,6 +24,12 @@ class FileSystem:
     # whole (getdents), or only look the names up? Whole where a listing is a cheap sequential
     # read and spares the app's own listings; lookups only where it is not (docs/replayer.md)
     list_dirs = False
+    # "fs" metadata with places (metadata_positions): does the metadata step take an entry whose
+    # directory it has not warmed yet in a later sweep up the places (WSR_FILE_AFTER_DIR), rather
+    # than where its place is, its lookup reading that directory out of order? Sweeps where each
+    # directory's metadata lies near its own place (XFS), not where the places already model the
+    # lookups' reads (btrfs: Btrfs.step_order); docs/replayer.md has both measured
+    step_sweeps = False
     # a tracepoint of its own that names every lookup missing the dentry cache ("system/event"),
     # or None: the recorder traces it (recorder.lookups), so that the metadata step can read the
     # directories the launch looked names up in that no scheduled path passes (parse_lookup)

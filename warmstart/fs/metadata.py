@@ -121,9 +121,20 @@ def schedule_step_positions(marked: List[bytes], lookup_dirs: Iterable, table=No
 def listed_dirs(devs: Iterable[int], mount_list: Optional[List[Mount]] = None) -> List[int]:
     """Those of devs (st_dev of directories) whose file system the metadata step reads
     directories of whole (FileSystem.list_dirs); a device no mount names is not."""
+    return _devs_whose(devs, "list_dirs", mount_list)
+
+
+def swept_devs(devs: Iterable[int], mount_list: Optional[List[Mount]] = None) -> List[int]:
+    """Those of devs (st_dev of files and directories) whose file system's entries the metadata
+    step warms after their directories, sweep after sweep (FileSystem.step_sweeps); a device no
+    mount names is not."""
+    return _devs_whose(devs, "step_sweeps", mount_list)
+
+
+def _devs_whose(devs: Iterable[int], attr: str, mount_list: Optional[List[Mount]]) -> List[int]:
     from . import kind
     types = fstypes(mount_list)
-    return sorted(d for d in devs if d in types and kind(types[d]).list_dirs)
+    return sorted(d for d in devs if d in types and getattr(kind(types[d]), attr))
 
 
 class RawReadPolicy:

@@ -25,6 +25,10 @@ class Xfs(FileSystem):
     # scheduled paths' directories whole cost less than their lookups alone (python's 53
     # directories and 184 files on the emulated hdd7200: 320 ms, lookups only 421 ms)
     list_dirs = True
+    # a directory's blocks lie near its inode, in the allocation group the rotor gave it, and
+    # its lookups wait for them: visiting an entry before its directory made the step jump
+    # between allocation groups for each path's ancestors (docs/replayer.md, "Sweeps")
+    step_sweeps = True
     # every lookup that misses the dentry cache, names that exist or not (xfs_vn_lookup)
     lookup_event = "xfs/xfs_lookup"
 

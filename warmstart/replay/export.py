@@ -13,7 +13,7 @@ from typing import Dict, List
 from .. import devices
 from ..errors import WarmstartError
 from ..formats import wsr
-from ..formats.wsr import FILE_LIST_DIR, FILE_WARM_META, KIND_BLOCKDEV, KIND_DIR, KIND_FILE, WsrFile, WsrSegment
+from ..formats.wsr import FILE_AFTER_DIR, FILE_LIST_DIR, FILE_WARM_META, KIND_BLOCKDEV, KIND_DIR, KIND_FILE, WsrFile, WsrSegment
 from ..fs import metadata
 from ..paths import replace_file
 
@@ -68,10 +68,12 @@ def contents(schedule, fs_metadata: bool = True) -> wsr.WsrContents:
         for r in seg.ranges:
             if r.file is not None:
                 first_seg.setdefault((r.file.path, r.file.dev, r.file.ino), k)
+    swept = set(metadata.swept_devs(through_fs))
     for f in schedule.files:
         warm = f.dev in through_fs
         add_file(("f", f.path, f.dev, f.ino), f.path, f.dev, f.ino, f.size, f.mtime_ns, KIND_FILE,
-                 FILE_WARM_META if warm else 0, positions.get(metadata.position_key(f.dev, f.ino), 0) if warm else 0,
+                 (FILE_WARM_META | (FILE_AFTER_DIR if f.dev in swept else 0)) if warm else 0,
+                 positions.get(metadata.position_key(f.dev, f.ino), 0) if warm else 0,
                  first_seg.get((f.path, f.dev, f.ino), 0) if warm else 0)
     segs: List[WsrSegment] = []
     ranges: List[tuple] = []      # wsr.WsrRange's fields
@@ -105,17 +107,20 @@ def _directories(paths: Dict[bytes, int], positions: dict) -> List[WsrFile]:
     """The directories on these paths (fs.metadata.directories_on; a path ending in "/" names
     itself too) for the replayer's metadata step: their (dev, inode), or the place of their
     inode where the analysis found one (positions), put them among the files in its order;
-    WSR_FILE_LIST_DIR marks those to read whole (FileSystem.list_dirs); each is warmed with the
-    first path under it (`paths`: path -> its step segment).
+    WSR_FILE_LIST_DIR marks those to read whole (FileSystem.list_dirs), WSR_FILE_AFTER_DIR those
+    warmed after their own directory (FileSystem.step_sweeps); each is warmed with the first path
+    under it (`paths`: path -> its step segment).
     One that is gone is left out (the step then reaches it through the lookups of the paths
     under it)."""
     found = [(d, st.st_dev, st.st_ino) for d, st in metadata.directories_on(paths)]
-    listed = set(metadata.listed_dirs({dev for _, dev, _ in found}))
+    devs = {dev for _, dev, _ in found}
+    listed, swept = set(metadata.listed_dirs(devs)), set(metadata.swept_devs(devs))
     step = {}
     for p, k in paths.items():
         for d in metadata.parents_of(p):
             step[d] = min(step.get(d, k), k)
-    return [WsrFile(d, dev, ino, 0, 0, KIND_DIR, FILE_LIST_DIR if dev in listed else 0,
+    return [WsrFile(d, dev, ino, 0, 0, KIND_DIR,
+                    (FILE_LIST_DIR if dev in listed else 0) | (FILE_AFTER_DIR if dev in swept else 0),
                     positions.get(metadata.position_key(dev, ino), 0), step.get(d, 0))
             for d, dev, ino in found]
 
