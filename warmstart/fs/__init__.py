@@ -18,6 +18,8 @@ questions through FileSystem, chosen by the mount's fstype (mountinfo):
                  btrfs: its tree, as copy-on-write moves leaves)
   step_order(entries)  the metadata step's order: by those places (btrfs: the directories
                  first where that is predicted to save seeks)
+  step_sweeps    whether the step takes each entry only after its directory, sweep after sweep
+                 up the places (XFS), or at its place (the others)
   lookup_event   its tracepoint naming each lookup that misses the dentry cache (XFS), and
                  parse_lookup() of its text: what the recorder traces (lookup_parsers)
 
